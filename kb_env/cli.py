@@ -1,0 +1,118 @@
+"""The `kb` command: `kb list`, `kb eval PROBLEM FILE`.
+
+Bad input (unknown problem, missing file, a file that is not Python or defines no model)
+gets one line on stderr and exit status 2; an evaluated candidate prints its report and exits
+0 when correct and unflagged, 1 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+class CLIError(Exception):
+    """A one-line message for the user; no traceback."""
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    from .problem import all_problems
+
+    problems = all_problems()
+    if args.json:
+        print(json.dumps({n: {"description": s.description.strip().splitlines()[0], "interface": s.interface.value,
+                              "gpu_shapes": s.shapes.gpu, "cpu_shapes": s.shapes.cpu,
+                              "solutions": [p.name for p in s.solution_paths]} for n, s in problems.items()}, indent=2))
+        return 0
+    width = max((len(n) for n in problems), default=4)
+    print(f"{'problem':<{width}}  {'env id':<{width + 17}}  description")
+    for name, spec in problems.items():
+        print(f"{name:<{width}}  {spec.env_id():<{width + 17}}  {spec.description.strip().splitlines()[0]}")
+    return 0
+
+
+def _read_candidate(path: str) -> str:
+    p = Path(path)
+    if not p.exists():
+        raise CLIError(f"{path}: no such file")
+    if not p.is_file():
+        raise CLIError(f"{path}: not a file")
+    try:
+        return p.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise CLIError(f"{path}: not a text file (expected Python source)") from None
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from .env import resolve_device
+    from .evaluate.evaluator import Evaluator, HarnessError
+    from .evaluate.static import check_source
+    from .feedback import render
+    from .problem import ProblemError, get_problem
+
+    try:
+        spec = get_problem(args.problem)
+    except ProblemError as exc:
+        raise CLIError(str(exc)) from None
+    source = _read_candidate(args.file)
+    static = check_source(source, spec.forbidden.imports)
+    if static.error:
+        raise CLIError(f"{args.file}: {static.error.splitlines()[0]}")
+    try:
+        mode = resolve_device(args.device)
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    if args.timeout is not None and args.timeout <= 0:
+        raise CLIError("--timeout must be positive")
+    if not args.json:
+        print(f"evaluating {args.file} on {spec.name} ({mode} mode) ...", file=sys.stderr)
+    try:
+        result = Evaluator(spec, mode, args.timeout).evaluate(source, args.seed)
+    except HarnessError as exc:
+        raise CLIError(f"the harness failed (not the candidate's fault): {str(exc).splitlines()[0]}") from None
+    if args.json:
+        print(result.model_dump_json(indent=2))
+    else:
+        from rewards import get_reward
+
+        print(render(result))
+        print(f"\nreward (default): {get_reward('default')(result):.3f}   wall time: {result.wall_s:.1f} s")
+    return 0 if result.correct and not result.flags else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kb", description="kb_env: GPU kernel problems as Gymnasium environments")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("list", help="list the problems and their environment ids")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_list)
+
+    p = sub.add_parser("eval", help="evaluate one candidate file on one problem")
+    p.add_argument("problem", help="problem name (see `kb list`)")
+    p.add_argument("file", help="candidate source: a Python file defining ModelNew")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="cuda, cpu (Triton interpreter, small shapes), or auto (default)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds for the whole evaluation")
+    p.add_argument("--seed", type=int, default=None, help="fix the input seeds (default: secret and random)")
+    p.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
+    p.set_defaults(func=_cmd_eval)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CLIError as exc:
+        print(f"kb: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kb: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

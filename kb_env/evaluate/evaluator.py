@@ -1,0 +1,272 @@
+"""One evaluation of one candidate, end to end, from the trusted side.
+
+Two worker processes per evaluation, started together: a *reference* worker (trusted; it
+computes reference outputs, keeps them, checks candidate outputs against them and times the
+baseline) and a *candidate* worker (the candidate's module is imported there, nowhere else).
+This process only relays: reference outputs never exist in the candidate's memory or here.
+
+Seeds are derived from a per-evaluation secret salt the candidate never sees (it gets inputs,
+not seeds: both workers draw the same inputs from the seed the harness sends each of them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..hardware import lookup
+from ..problem import ProblemSpec
+from ..sandbox.runner import WorkerDied, WorkerProcess, WorkerTimeout
+from .result import CaseCheck, DeviceInfo, ErrorKind, EvalResult, Mismatch, Samples, ShapeTiming, geomean
+from .roofline import peak_fraction
+from .static import check_source
+
+REFERENCE_TIMEOUT_S = 900.0
+CPU_TIMING = {"warmup": 1, "reps": 3, "rounds": 1, "input_sets": 1}
+# Wall-clock check: flag a reported time under this fraction of the harness's own wall clock
+# per call, once that wall clock is long enough (launch overhead makes short calls unmeasurable).
+WALL_CHECK_FRACTION = 0.2
+WALL_CHECK_MIN_MS = 0.2
+
+
+class HarnessError(RuntimeError):
+    """The trusted side failed (broken problem, reference worker crash): not the candidate's fault."""
+
+
+def derive_seed(salt: int, label: str) -> int:
+    digest = hashlib.blake2b(f"{salt}:{label}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+class _Budget:
+    def __init__(self, seconds: float):
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+
+class Evaluator:
+    """Evaluates candidates for one problem in one mode ("cuda" or "cpu")."""
+
+    def __init__(self, spec: ProblemSpec, mode: str, timeout_s: float | None = None):
+        if mode not in ("cuda", "cpu"):
+            raise ValueError(f"mode must be 'cuda' or 'cpu', not {mode!r}")
+        self.spec = spec
+        self.mode = mode
+        self.timeout_s = timeout_s if timeout_s is not None else spec.limits.load_s + spec.limits.run_s
+
+    # ----- public --------------------------------------------------------------------
+    def evaluate(self, source: str, salt: int | None = None) -> EvalResult:
+        started = time.monotonic()
+        salt = secrets.randbits(63) if salt is None else salt
+        res = EvalResult(problem=self.spec.name, mode=self.mode, baseline=self.spec.baseline.value,
+                         timing_meaningful=False)
+        static = check_source(source, self.spec.forbidden.imports)
+        if static.error:
+            res.error, res.message = ErrorKind.compile_error, static.error
+        elif static.flags:
+            res.compiled, res.flags = True, static.flags
+            res.error = ErrorKind.integrity
+            res.message = "not run: the source imports what this problem forbids (" + ", ".join(static.flags) + ")"
+        else:
+            with tempfile.TemporaryDirectory(prefix="kb_eval_") as tmp:
+                self._run(Path(tmp), source, salt, res)
+        res.wall_s = time.monotonic() - started
+        return res
+
+    # ----- the two workers -------------------------------------------------------------
+    def _run(self, tmp: Path, source: str, salt: int, res: EvalResult) -> None:
+        cand_dir = tmp / "candidate"
+        cand_dir.mkdir()
+        cand_path = cand_dir / "candidate.py"
+        cand_path.write_text(source)
+        budget = _Budget(self.timeout_s)
+        ref = WorkerProcess("reference", self.mode, tmp / "reference")
+        cand = WorkerProcess("candidate", self.mode, cand_dir)
+        try:
+            common = {"op": "setup", "mode": self.mode, "problem_dir": str(self.spec.folder)}
+            ref.send({**common, "role": "reference", "baseline": self.spec.baseline.value,
+                      "spec": self.spec.model_dump(mode="json")})
+            cand.send({**common, "role": "candidate", "candidate_path": str(cand_path)})
+            reply = self._ref(ref, None)
+            res.device = self._device_info(reply["device"])
+            self._candidate(ref, cand, budget, salt, res)
+        except WorkerTimeout as exc:
+            res.error, res.message = ErrorKind.timeout, f"the candidate ran past its {self.timeout_s:.0f} s limit ({exc})"
+            res.correct = False
+        except WorkerDied as exc:
+            res.error, res.message = ErrorKind.crash, f"the candidate's worker process died: {exc.how}"
+            res.correct = False
+        finally:
+            res.candidate_output = cand.output_tail()
+            cand.close()
+            ref.close()
+
+    def _ref(self, ref: WorkerProcess, message: dict[str, Any] | None) -> dict[str, Any]:
+        """A request to the trusted worker; any failure there is the harness's, not the candidate's."""
+        try:
+            reply = ref.request(message, REFERENCE_TIMEOUT_S) if message else ref.recv(REFERENCE_TIMEOUT_S)
+        except (WorkerDied, WorkerTimeout) as exc:
+            raise HarnessError(f"reference worker failed: {exc}\n{ref.output_tail()}") from None
+        if not reply.get("ok"):
+            raise HarnessError(f"reference worker failed on {self.spec.name}: {reply.get('message')}")
+        return reply
+
+    def _device_info(self, raw: dict[str, Any]) -> DeviceInfo:
+        info = DeviceInfo(**raw)
+        if self.mode == "cuda":
+            gpu = lookup(info.name)
+            info.hardware_key = gpu.key if gpu else None
+        return info
+
+    # ----- correctness, then timing ------------------------------------------------------
+    def _candidate(self, ref: WorkerProcess, cand: WorkerProcess, budget: _Budget, salt: int, res: EvalResult) -> None:
+        spec = self.spec
+        shapes = spec.shapes_for(self.mode)
+        param_seed = derive_seed(salt, "params")
+        timing = spec.timing.model_dump() if self.mode == "cuda" else dict(CPU_TIMING)
+        cases = [{"id": f"g{si}.{k}", "kind": "grading", "shape": shape, "shape_index": si, "seed_index": k,
+                  "seed": derive_seed(salt, f"grading:{seed}"), "param_seed": param_seed}
+                 for si, shape in enumerate(shapes) for k, seed in enumerate(spec.seeds)]
+        timed = [{"id": f"t{si}.{j}", "kind": "timing", "shape": shape, "shape_index": si, "seed_index": j,
+                  "seed": derive_seed(salt, f"timing:{si}:{j}"), "param_seed": param_seed}
+                 for si, shape in enumerate(shapes) for j in range(timing["input_sets"])]
+        self._ref(ref, {"op": "reference_outputs", "cases": cases + timed})
+
+        flags: set[str] = set()
+        reply = cand.recv(budget.left())
+        flags.update(reply.get("integrity", []))
+        if not reply.get("ok"):
+            self._fail(res, reply, flags)
+            return
+        res.compiled = True
+
+        ops: set[str] = set()
+        for case in cases:
+            reply = cand.request({"op": "run", "case": case}, budget.left())
+            flags.update(reply.get("integrity", []))
+            flags.update(reply.get("output_flags", []))
+            ops.update(reply.get("ops", []))
+            if not reply.get("ok"):
+                self._fail(res, reply, flags, ops, case)
+                return
+            if not self._check(ref, case, reply["outputs"], res):
+                self._finish(res, flags, ops)
+                return
+        res.correct = True
+        self._time(ref, cand, budget, shapes, timed, timing, param_seed, res, flags)
+        self._finish(res, flags, ops)
+
+    def _check(self, ref: WorkerProcess, case: dict[str, Any], outputs: list, res: EvalResult) -> bool:
+        chk = self._ref(ref, {"op": "check", "case_id": case["id"], "outputs": outputs})
+        mismatch = Mismatch.model_validate(chk["mismatch"]) if chk["mismatch"] else None
+        res.checks.append(CaseCheck(kind=case["kind"], shape=case["shape"], seed_index=case["seed_index"],
+                                    ok=chk["passed"], rel_l2_err=_finite(chk.get("rel_l2_err")),
+                                    max_abs_err=_finite(chk.get("max_abs_err")), mismatch=mismatch))
+        if not chk["passed"]:
+            res.correct = False
+            res.error = ErrorKind.mismatch
+            where = "a timed call's output" if case["kind"] == "timing" else "output"
+            res.message = f"{where} differs from the reference on shape {_fmt_shape(case['shape'])}: {mismatch.message}"
+        return bool(chk["passed"])
+
+    def _time(self, ref: WorkerProcess, cand: WorkerProcess, budget: _Budget, shapes: list[dict[str, int]],
+              timed: list[dict[str, Any]], timing: dict[str, int], param_seed: int, res: EvalResult,
+              flags: set[str]) -> None:
+        gpu = lookup(res.device.name) if res.device and self.mode == "cuda" else None
+        timings: list[ShapeTiming] = []
+        for si, shape in enumerate(shapes):
+            sets = [c for c in timed if c["shape_index"] == si]
+            base = {"op": "time", "shape": shape, "param_seed": param_seed, "seeds": [c["seed"] for c in sets]}
+            cand_ms: list[float] = []
+            base_ms: list[float] = []
+            walls: list[float] = []
+            last_reply: dict[str, Any] = {}
+            for r in range(timing["rounds"]):
+                warm = timing["warmup"] if r == 0 else min(2, timing["warmup"])
+                last = r == timing["rounds"] - 1
+                req = {**base, "warmup": warm, "reps": timing["reps"]}
+                base_ms += self._ref(ref, req)["times_ms"]
+                t0 = time.perf_counter()
+                reply = cand.request({**req, "return_outputs": last}, budget.left())
+                walls.append((time.perf_counter() - t0) * 1e3 / (timing["reps"] + warm))
+                flags.update(reply.get("integrity", []))
+                if not reply.get("ok"):
+                    self._fail(res, reply, flags)
+                    res.correct = False
+                    return
+                cand_ms += reply["times_ms"]
+                last_reply = reply
+            for case, outs in zip(sets, last_reply["outputs"]):
+                if not self._check(ref, case, outs, res):
+                    return
+            cand_s, base_s = Samples.of(cand_ms), Samples.of(base_ms)
+            flops, nbytes = self.spec.flops_of(shape), self.spec.bytes_of(shape)
+            st = ShapeTiming(shape=shape, candidate=cand_s, baseline=base_s, speedup=base_s.median_ms / cand_s.median_ms,
+                             flops=flops, bytes=nbytes, arithmetic_intensity=flops / nbytes)
+            if self.mode == "cuda":
+                st.wall_check_ms = self._wall_check(cand, budget, base, walls, cand_s, flags)
+                if gpu is not None:
+                    st.peak_fraction, st.regime = peak_fraction(flops, nbytes, cand_s.median_ms, gpu,
+                                                                self.spec.compute_dtype)
+            timings.append(st)
+        res.timings = timings
+        res.runtime_ms = geomean([t.candidate.median_ms for t in timings])
+        res.baseline_ms = geomean([t.baseline.median_ms for t in timings])
+        if self.mode == "cuda":
+            res.timing_meaningful = True
+            res.speedup = geomean([t.speedup for t in timings])
+            if all(t.peak_fraction is not None for t in timings):
+                res.peak_fraction = geomean([t.peak_fraction for t in timings])
+
+    def _wall_check(self, cand: WorkerProcess, budget: _Budget, base: dict[str, Any], walls: list[float],
+                    samples: Samples, flags: set[str]) -> float:
+        """The harness's own clock per timed call, less the flush-only loop's: a reported median
+        far under it means the candidate's timer reports are not real."""
+        reps = 20
+        t0 = time.perf_counter()
+        cand.request({**base, "warmup": 0, "reps": reps, "flush_only": True}, budget.left())
+        flush_ms = (time.perf_counter() - t0) * 1e3 / reps
+        wall = min(walls[1:] or walls) - flush_ms
+        if wall > WALL_CHECK_MIN_MS and samples.median_ms < WALL_CHECK_FRACTION * wall:
+            flags.add("timer_implausible")
+        return wall
+
+    # ----- outcomes ----------------------------------------------------------------------
+    def _fail(self, res: EvalResult, reply: dict[str, Any], flags: set[str], ops: set[str] | None = None,
+              case: dict[str, Any] | None = None) -> None:
+        res.correct = False
+        res.error = ErrorKind(reply.get("error", "runtime_error"))
+        res.message = str(reply.get("message", ""))
+        if res.error is ErrorKind.mismatch and case is not None:  # an output that cannot be graded at all
+            res.checks.append(CaseCheck(kind=case["kind"], shape=case["shape"], seed_index=case["seed_index"], ok=False,
+                                        mismatch=Mismatch(output=0, reason="invalid", message=res.message)))
+        self._finish(res, flags, ops or set())
+
+    def _finish(self, res: EvalResult, flags: set[str], ops: set[str]) -> None:
+        res.torch_ops = sorted(ops)
+        flags |= {f"forbidden_op:{op}" for op in ops if op in set(self.spec.forbidden.torch_ops)}
+        res.flags = sorted(flags)
+        if res.flags and res.error is None:
+            res.error = ErrorKind.integrity
+            res.message = "integrity violation: " + ", ".join(res.flags)
+
+
+def evaluate(spec: ProblemSpec, source: str, mode: str = "cpu", salt: int | None = None,
+             timeout_s: float | None = None) -> EvalResult:
+    """Evaluate one candidate source for `spec` (see `Evaluator`)."""
+    return Evaluator(spec, mode, timeout_s).evaluate(source, salt)
+
+
+def _finite(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def _fmt_shape(shape: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in shape.items())

@@ -1,0 +1,135 @@
+"""What an evaluation returns: `EvalResult` and its parts (pydantic, JSON-serialisable)."""
+
+from __future__ import annotations
+
+import math
+from enum import Enum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ErrorKind(str, Enum):
+    compile_error = "compile_error"
+    runtime_error = "runtime_error"
+    timeout = "timeout"
+    crash = "crash"
+    mismatch = "mismatch"
+    integrity = "integrity"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Mismatch(_Model):
+    """Where and how an output differed from the reference."""
+
+    output: int = Field(description="which output of the forward (0-based)")
+    reason: str = Field(description="values | count | shape | dtype | nonfinite | invalid")
+    message: str
+    index: list[int] | None = Field(default=None, description="first offending element")
+    got: float | None = None
+    expected: float | None = None
+    max_abs_err: float | None = None
+    max_rel_err: float | None = None
+    rel_l2_err: float | None = None
+    cosine: float | None = None
+    n_bad: int | None = None
+    n_total: int | None = None
+
+
+class CaseCheck(_Model):
+    """One graded case: a shape and a seed (its index, never the secret seed itself)."""
+
+    kind: str = Field(description="'grading' (a grading seed) or 'timing' (a timed input set, re-checked)")
+    shape: dict[str, int]
+    seed_index: int
+    ok: bool
+    rel_l2_err: float | None = None
+    max_abs_err: float | None = None
+    mismatch: Mismatch | None = None
+
+
+class Samples(_Model):
+    """Timing samples of one implementation on one shape, in milliseconds."""
+
+    median_ms: float
+    p25_ms: float
+    p75_ms: float
+    min_ms: float
+    n: int
+
+    @property
+    def rel_spread(self) -> float:
+        """Interquartile range over the median."""
+        return (self.p75_ms - self.p25_ms) / self.median_ms if self.median_ms > 0 else math.inf
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Samples":
+        xs = sorted(values)
+        q = lambda f: xs[min(len(xs) - 1, max(0, round(f * (len(xs) - 1))))]  # noqa: E731
+        return cls(median_ms=q(0.5), p25_ms=q(0.25), p75_ms=q(0.75), min_ms=xs[0], n=len(xs))
+
+
+class ShapeTiming(_Model):
+    shape: dict[str, int]
+    candidate: Samples
+    baseline: Samples
+    speedup: float
+    flops: float
+    bytes: float
+    arithmetic_intensity: float = Field(description="FLOPs per byte")
+    regime: str | None = Field(default=None, description="'memory-bound' or 'compute-bound' on this GPU")
+    peak_fraction: float | None = Field(default=None, description="roofline time over measured time")
+    wall_check_ms: float | None = Field(default=None, description="harness wall clock per call, for the timer check")
+
+
+class DeviceInfo(_Model):
+    mode: str
+    name: str
+    hardware_key: str | None = Field(default=None, description="row of the hardware table used for ceilings")
+    capability: str | None = None
+    sm_count: int | None = None
+    l2_bytes: int | None = None
+    driver: str | None = None
+    sm_clock_mhz: int | None = None
+    mem_clock_mhz: int | None = None
+    torch: str
+    triton: str | None = None
+    python: str
+
+
+class EvalResult(_Model):
+    """Everything one evaluation of one candidate found. `error` is None only for a correct,
+    unflagged candidate."""
+
+    problem: str
+    mode: str
+    compiled: bool = False
+    correct: bool = False
+    error: ErrorKind | None = None
+    message: str = Field(default="", description="compiler/runtime error text or mismatch summary")
+    flags: list[str] = Field(default_factory=list, description="integrity violations, short names")
+    checks: list[CaseCheck] = Field(default_factory=list)
+    timings: list[ShapeTiming] = Field(default_factory=list)
+    timing_meaningful: bool = False
+    runtime_ms: float | None = Field(default=None, description="geometric mean over shapes of the median")
+    baseline_ms: float | None = None
+    speedup: float | None = Field(default=None, description="geometric mean over shapes")
+    peak_fraction: float | None = Field(default=None, description="geometric mean over shapes")
+    baseline: str = "eager"
+    torch_ops: list[str] = Field(default_factory=list, description="ATen operators the candidate ran")
+    device: DeviceInfo | None = None
+    candidate_output: str = Field(default="", description="tail of what the candidate printed")
+    wall_s: float = 0.0
+
+    @property
+    def first_mismatch(self) -> Mismatch | None:
+        return next((c.mismatch for c in self.checks if c.mismatch is not None), None)
+
+
+def geomean(values: list[float]) -> float | None:
+    vals = [v for v in values if v is not None and v > 0 and math.isfinite(v)]
+    if not vals or len(vals) != len(values):
+        return None
+    return math.exp(sum(math.log(v) for v in vals) / len(vals))

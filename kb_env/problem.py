@@ -1,0 +1,282 @@
+"""Problems: `ProblemSpec` read from `problem.yaml`, the loader, and the registry.
+
+A problem is one folder: ``problem.yaml`` (this module's `ProblemSpec`), ``reference.py``
+(a ``Model`` plus ``get_inputs(**shape)`` / ``get_init_inputs(**shape)``), an optional
+``baseline.py`` and ``solutions/*.py`` (known-good candidates).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import math
+import os
+from enum import Enum
+from functools import lru_cache
+from pathlib import Path
+from types import ModuleType
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+Shape = dict[str, int]
+
+
+class ProblemError(ValueError):
+    """A problem folder or its problem.yaml is broken; the message names the file and field."""
+
+
+class Interface(str, Enum):
+    forward = "forward"
+    decode = "decode"
+
+
+class BaselineKind(str, Enum):
+    eager = "eager"  # the reference Model, run eagerly
+    compile = "compile"  # torch.compile of the reference Model
+    file = "baseline.py"  # the folder's baseline.py (an optimized PyTorch Model)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Tolerance(_Strict):
+    """Per-output-dtype bar. An output passes when every element satisfies
+    ``|out - ref| <= atol + rtol * |ref|`` AND the whole tensor's relative L2 error
+    ``||out - ref|| / ||ref||`` is at most `max_rel_l2` (and, if set, the cosine similarity is
+    at least `min_cosine`). The norm bar is what makes an all-zeros answer fail even where
+    every reference value is below atol (softmax over 16384 columns: every output ~6e-5)."""
+
+    atol: float = Field(ge=0)
+    rtol: float = Field(ge=0)
+    max_rel_l2: float = Field(gt=0, lt=1)
+    min_cosine: float | None = Field(default=None, gt=0, le=1)
+
+
+class Forbidden(_Strict):
+    """What a candidate may not use. `imports` are module names (a prefix match: ``torch.nn.functional``
+    forbids its submodules too); `torch_ops` are ATen overload packets as the dispatcher names them
+    (``aten::_softmax``)."""
+
+    imports: list[str] = Field(default_factory=list)
+    torch_ops: list[str] = Field(default_factory=list)
+
+    @field_validator("torch_ops")
+    @classmethod
+    def _aten_names(cls, ops: list[str]) -> list[str]:
+        for op in ops:
+            if "::" not in op:
+                raise ValueError(f"torch op {op!r} must be namespaced, e.g. 'aten::_softmax'")
+        return ops
+
+
+class Limits(_Strict):
+    """Wall-clock limits (seconds) for one candidate: loading it (imports, kernel compilation on
+    first call) and running correctness plus timing."""
+
+    load_s: float = Field(default=120, gt=0)
+    run_s: float = Field(default=120, gt=0)
+
+
+class Timing(_Strict):
+    """How a GPU time is measured: `warmup` untimed calls, then `rounds` interleaved rounds of
+    `reps` timed calls each (baseline and candidate alternate), rotating over `input_sets`
+    independently seeded inputs, with the L2 flushed before every call."""
+
+    warmup: int = Field(default=10, ge=1)
+    reps: int = Field(default=50, ge=3)
+    rounds: int = Field(default=3, ge=1)
+    input_sets: int = Field(default=3, ge=1)
+
+
+class Shapes(_Strict):
+    gpu: list[Shape] = Field(min_length=1)
+    cpu: list[Shape] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _same_variables(self) -> "Shapes":
+        names = {frozenset(s) for s in self.gpu + self.cpu}
+        if len(names) != 1:
+            raise ValueError("every gpu and cpu shape must name the same variables")
+        for s in self.gpu + self.cpu:
+            if any(v <= 0 for v in s.values()):
+                raise ValueError(f"shape {s} has a non-positive size")
+        return self
+
+
+DType = Literal["float64", "float32", "tf32", "float16", "bfloat16", "float8", "int8"]
+
+
+class ProblemSpec(_Strict):
+    """Everything the harness needs to grade one problem, as written in problem.yaml."""
+
+    name: str
+    description: str
+    interface: Interface = Interface.forward
+    shapes: Shapes
+    seeds: list[int] = Field(min_length=1, description="grading seeds, mixed with a secret per-evaluation salt")
+    tolerance: dict[str, Tolerance] = Field(min_length=1, description="keyed by output dtype, e.g. 'float32'")
+    flops: str = Field(description="FLOPs of one forward call, an expression over the shape variables")
+    bytes: str = Field(description="minimum bytes moved by one forward call, same variables")
+    compute_dtype: DType = Field(description="which peak FLOP/s the flops are measured against")
+    forbidden: Forbidden = Field(default_factory=Forbidden)
+    baseline: BaselineKind = BaselineKind.eager
+    limits: Limits = Field(default_factory=Limits)
+    timing: Timing = Field(default_factory=Timing)
+
+    # Set by the loader, not written in the yaml.
+    folder: Path = Field(default=Path("."), exclude=True)
+
+    @field_validator("flops", "bytes")
+    @classmethod
+    def _formula_parses(cls, text: str) -> str:
+        _compile_formula(text)
+        return text
+
+    @model_validator(mode="after")
+    def _formulas_use_shape_variables(self) -> "ProblemSpec":
+        variables = set(self.shapes.gpu[0])
+        for field in ("flops", "bytes"):
+            unknown = _formula_names(getattr(self, field)) - variables
+            if unknown:
+                raise ValueError(f"{field}: unknown variable(s) {sorted(unknown)}; shapes define {sorted(variables)}")
+        for dtype in self.tolerance:
+            if dtype not in {"float64", "float32", "float16", "bfloat16", "int64", "int32", "bool"}:
+                raise ValueError(f"tolerance: unknown dtype {dtype!r}")
+        return self
+
+    # ----- derived facts -------------------------------------------------------------
+    def shapes_for(self, mode: str) -> list[Shape]:
+        return list(self.shapes.gpu if mode == "cuda" else self.shapes.cpu)
+
+    def flops_of(self, shape: Shape) -> float:
+        return _eval_formula(self.flops, shape)
+
+    def bytes_of(self, shape: Shape) -> float:
+        return _eval_formula(self.bytes, shape)
+
+    @property
+    def reference_path(self) -> Path:
+        return self.folder / "reference.py"
+
+    @property
+    def baseline_path(self) -> Path | None:
+        path = self.folder / "baseline.py"
+        return path if path.exists() else None
+
+    @property
+    def solution_paths(self) -> list[Path]:
+        return sorted((self.folder / "solutions").glob("*.py"))
+
+    def reference_source(self) -> str:
+        return self.reference_path.read_text()
+
+    def env_id(self) -> str:
+        return f"KernelBench/{self.name}-v0"
+
+
+# ----- formulas: arithmetic over shape variables, nothing else ---------------------------
+_ALLOWED_NODES = (
+    ast.Expression, ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Load, ast.Call,
+    ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Pow, ast.Mod, ast.USub, ast.UAdd,
+)
+_FUNCS = {"ceil": math.ceil, "floor": math.floor, "min": min, "max": max, "log2": math.log2}
+
+
+def _compile_formula(text: str) -> ast.Expression:
+    try:
+        tree = ast.parse(str(text), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"formula {text!r} is not an expression: {exc.msg}") from None
+    for node in ast.walk(tree):
+        if not isinstance(node, _ALLOWED_NODES):
+            raise ValueError(f"formula {text!r}: {type(node).__name__} is not allowed")
+        if isinstance(node, ast.Call) and not (isinstance(node.func, ast.Name) and node.func.id in _FUNCS):
+            raise ValueError(f"formula {text!r}: only {sorted(_FUNCS)} may be called")
+    return tree
+
+
+def _formula_names(text: str) -> set[str]:
+    return {n.id for n in ast.walk(_compile_formula(text)) if isinstance(n, ast.Name)} - set(_FUNCS)
+
+
+def _eval_formula(text: str, shape: Shape) -> float:
+    code = compile(_compile_formula(text), "<formula>", "eval")
+    return float(eval(code, {"__builtins__": {}}, {**_FUNCS, **shape}))  # noqa: S307 (checked AST)
+
+
+# ----- loading -------------------------------------------------------------------------
+def _fmt_loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc) or "(top level)"
+
+
+def load_problem(folder: str | os.PathLike) -> ProblemSpec:
+    """Read and validate ``folder/problem.yaml``; errors name the file and the field."""
+    folder = Path(folder).resolve()
+    path = folder / "problem.yaml"
+    if not path.is_file():
+        raise ProblemError(f"{path}: no such file (a problem folder needs problem.yaml)")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise ProblemError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ProblemError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    raw.setdefault("name", folder.name)
+    try:
+        spec = ProblemSpec.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ProblemError(f"{path}: field {_fmt_loc(first['loc'])}: {first['msg']}{more}") from None
+    if spec.name != folder.name:
+        raise ProblemError(f"{path}: field name: {spec.name!r} differs from the folder name {folder.name!r}")
+    if not (folder / "reference.py").is_file():
+        raise ProblemError(f"{folder / 'reference.py'}: no such file")
+    if spec.baseline is BaselineKind.file and spec.baseline_path is None:
+        raise ProblemError(f"{path}: field baseline: 'baseline.py' named but {folder / 'baseline.py'} is missing")
+    return spec.model_copy(update={"folder": folder})
+
+
+def problems_root() -> Path:
+    """Where problem folders live: $KB_PROBLEMS_DIR, else the installed data, else the source tree."""
+    if env := os.environ.get("KB_PROBLEMS_DIR"):
+        return Path(env)
+    spec = importlib.util.find_spec("kb_env.problems")
+    if spec is not None and spec.submodule_search_locations:
+        for loc in spec.submodule_search_locations:
+            if Path(loc).is_dir():
+                return Path(loc)
+    return Path(__file__).resolve().parents[1] / "problems"
+
+
+@lru_cache(maxsize=None)
+def _registry(root: Path) -> dict[str, ProblemSpec]:
+    out = {}
+    for folder in sorted(p for p in root.iterdir() if (p / "problem.yaml").is_file()):
+        out[folder.name] = load_problem(folder)
+    return out
+
+
+def all_problems() -> dict[str, ProblemSpec]:
+    """Every problem under `problems_root()`, by name."""
+    return dict(_registry(problems_root().resolve()))
+
+
+def get_problem(name: str) -> ProblemSpec:
+    problems = all_problems()
+    if name not in problems:
+        raise ProblemError(f"unknown problem {name!r}; known: {', '.join(sorted(problems)) or 'none'}")
+    return problems[name]
+
+
+def import_file(path: Path, module_name: str) -> ModuleType:
+    """Import a Python file as a fresh module (not added to sys.modules)."""
+    spec = importlib.util.spec_from_file_location(module_name, str(path))
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

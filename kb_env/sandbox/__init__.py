@@ -1,0 +1,2 @@
+"""Untrusted execution. Modules here run inside worker processes (candidate or reference),
+except `runner`, the harness's handle on a worker: spawn, private channel, deadline, kill."""

@@ -1,0 +1,55 @@
+"""Inside a worker: what the harness relies on, captured before the candidate is imported,
+and a check that reports (as short flag names) anything the candidate replaced or changed."""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+
+def _targets() -> dict[str, tuple[object, str]]:
+    targets: dict[str, tuple[object, str]] = {
+        "time.perf_counter": (time, "perf_counter"),
+        "time.monotonic": (time, "monotonic"),
+        "torch.Tensor.zero_": (torch.Tensor, "zero_"),
+        "torch.Tensor.cpu": (torch.Tensor, "cpu"),
+        "torch.nn.Module.__call__": (torch.nn.Module, "__call__"),
+        "torch.nn.Module.load_state_dict": (torch.nn.Module, "load_state_dict"),
+        "torch.cuda.synchronize": (torch.cuda, "synchronize"),
+        "torch.cuda.Event": (torch.cuda, "Event"),
+        "torch.cuda.Event.record": (torch.cuda.Event, "record"),
+        "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
+        "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize"),
+    }
+    return targets
+
+
+def _flags_state() -> dict[str, object]:
+    b = torch.backends
+    return {
+        "matmul.allow_tf32": b.cuda.matmul.allow_tf32,
+        "matmul.allow_fp16_reduced_precision_reduction": b.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "matmul.allow_bf16_reduced_precision_reduction": b.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "cudnn.allow_tf32": b.cudnn.allow_tf32,
+        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "deterministic": torch.are_deterministic_algorithms_enabled(),
+        "default_dtype": str(torch.get_default_dtype()),
+    }
+
+
+class Snapshot:
+    """Identity of every harness function and the value of every global torch flag, at capture."""
+
+    def __init__(self) -> None:
+        self.functions = {name: getattr(owner, attr) for name, (owner, attr) in _targets().items()}
+        self.flags = _flags_state()
+
+    def violations(self) -> list[str]:
+        out = []
+        for name, (owner, attr) in _targets().items():
+            if getattr(owner, attr, None) is not self.functions[name]:
+                out.append(f"patched:{name}")
+        now = _flags_state()
+        out += [f"torch_flag:{k}" for k, v in self.flags.items() if now[k] != v]
+        return out

@@ -1,0 +1,284 @@
+"""A worker process: ``python -m kb_env.sandbox.worker READ_FD WRITE_FD``.
+
+It answers requests on its private channel, one reply per request. Its first request, ``setup``,
+fixes its role for life:
+
+- ``reference`` (trusted: runs only the problem's own code) computes reference outputs and
+  keeps them in its memory, checks candidate outputs against them, and times the baseline;
+- ``candidate`` imports the candidate's file, runs it on the cases it is sent (recording
+  which ATen operators ran), and times it.
+
+The integrity snapshot is taken when this module loads, before any candidate code exists.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .integrity import Snapshot
+
+_SNAPSHOT = Snapshot()
+
+import torch  # noqa: E402
+
+from . import timing  # noqa: E402  (binds its timer functions now, before the candidate)
+from .cases import as_output_list, describe_output_problem, init_inputs, make_inputs, make_reference_model  # noqa: E402
+from .oprecord import OpRecorder  # noqa: E402
+from .protocol import Channel, ChannelClosed  # noqa: E402
+
+_MAX_TRACE_LINES = 40
+
+
+class CandidateLoadError(Exception):
+    """The candidate file does not define a usable model class."""
+
+
+def _is_compile_error(exc: BaseException) -> bool:
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    if names & {"CompilationError", "CompileTimeAssertionFailure", "SyntaxError", "ImportError",
+                "ModuleNotFoundError", "CandidateLoadError"}:
+        return True
+    text = str(exc)
+    return "Error building extension" in text or "ninja: build stopped" in text
+
+
+def _format_exception(exc: BaseException) -> str:
+    """The traceback without the harness's own frames: the candidate's frames and the error."""
+    te = traceback.TracebackException.from_exception(exc)
+    harness = str(Path(__file__).resolve().parent)
+    for t in [te, *_chain(te)]:
+        t.stack = traceback.StackSummary.from_list(
+            [f for f in t.stack if not str(Path(f.filename).resolve()).startswith(harness)])
+    lines = "".join(te.format()).splitlines()
+    if len(lines) > _MAX_TRACE_LINES:
+        lines = lines[:5] + ["  ..."] + lines[-(_MAX_TRACE_LINES - 6):]
+    return "\n".join(lines)
+
+
+def _chain(te: traceback.TracebackException) -> list[traceback.TracebackException]:
+    out = []
+    while (te := te.__cause__ or te.__context__) is not None and len(out) < 10:
+        out.append(te)
+    return out
+
+
+def _shape_key(shape: dict[str, int], param_seed: int) -> tuple:
+    return tuple(sorted(shape.items())), param_seed
+
+
+class _Role:
+    def __init__(self, msg: dict[str, Any]):
+        from ..problem import import_file
+
+        self.mode: str = msg["mode"]
+        self.device = "cuda" if self.mode == "cuda" else "cpu"
+        if self.mode == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("CUDA mode was asked for but this worker sees no CUDA device")
+        self.problem_dir = Path(msg["problem_dir"])
+        self.reference = import_file(self.problem_dir / "reference.py", "kb_reference")
+        self._models: dict[tuple, torch.nn.Module] = {}
+        self._input_sets: dict[tuple, list[list[Any]]] = {}
+
+    def build(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
+        raise NotImplementedError
+
+    def model(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
+        key = _shape_key(shape, param_seed)
+        if key not in self._models:
+            self._models.clear()  # one shape at a time keeps device memory bounded
+            self._input_sets.clear()
+            self._models[key] = self.build(shape, param_seed)
+        return self._models[key]
+
+    def inputs(self, shape: dict[str, int], seed: int) -> list[Any]:
+        return make_inputs(self.reference, shape, seed, self.device)
+
+    def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+        shape, param_seed = msg["shape"], msg["param_seed"]
+        model = self.model(shape, param_seed)
+        key = (_shape_key(shape, param_seed), tuple(msg["seeds"]))
+        if key not in self._input_sets:
+            self._input_sets[key] = [self.inputs(shape, s) for s in msg["seeds"]]
+        sets = self._input_sets[key]
+        with torch.no_grad():
+            if self.mode == "cuda":
+                times, last = timing.time_cuda(model, sets, msg["warmup"], msg["reps"], self.device,
+                                               call=not msg.get("flush_only", False))
+            else:
+                times, last = timing.time_cpu(model, sets, msg["warmup"], msg["reps"])
+        reply: dict[str, Any] = {"ok": True, "times_ms": times}
+        if msg.get("return_outputs"):
+            reply["outputs"] = [as_output_list(o) for o in last]
+        return reply
+
+
+class ReferenceRole(_Role):
+    """Trusted: reference outputs, the checker, the baseline timing."""
+
+    def __init__(self, msg: dict[str, Any]):
+        super().__init__(msg)
+        from ..problem import ProblemSpec, import_file
+
+        self.spec = ProblemSpec.model_validate(msg["spec"])
+        self.baseline_kind = msg["baseline"]
+        self.baseline_module = (import_file(self.problem_dir / "baseline.py", "kb_baseline")
+                                if self.baseline_kind == "baseline.py" else None)
+        self.expected: dict[str, list[torch.Tensor]] = {}
+
+    def build(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
+        ref = make_reference_model(self.reference, shape, param_seed)
+        if self.baseline_module is not None:
+            base = self.baseline_module.Model(*init_inputs(self.reference, shape))
+            base.load_state_dict(ref.state_dict(), strict=True)
+            ref = base
+        ref = ref.to(self.device).eval()
+        if self.baseline_kind == "compile":
+            ref = torch.compile(ref)
+        return ref
+
+    def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Compute and keep the reference outputs of each case (eager reference, not the baseline)."""
+        for case in msg["cases"]:
+            shape = case["shape"]
+            ref = make_reference_model(self.reference, shape, case["param_seed"]).to(self.device).eval()
+            with torch.no_grad():
+                out = as_output_list(ref(*self.inputs(shape, case["seed"])))
+            self.expected[case["id"]] = [o.detach() for o in out]
+            del ref
+        return {"ok": True}
+
+    def check(self, msg: dict[str, Any]) -> dict[str, Any]:
+        from ..evaluate.correctness import compare_outputs
+
+        expected = self.expected[msg["case_id"]]
+        ok, mismatch, stats = compare_outputs(msg["outputs"], expected, self.spec.tolerance)
+        return {"ok": True, "passed": ok, "mismatch": mismatch.model_dump() if mismatch else None, **stats}
+
+    def device_info(self) -> dict[str, Any]:
+        import platform
+
+        info: dict[str, Any] = {"mode": self.mode, "torch": torch.__version__, "python": platform.python_version()}
+        try:
+            import triton
+
+            info["triton"] = triton.__version__
+        except Exception:  # noqa: BLE001 (triton is optional in a reference worker)
+            info["triton"] = None
+        if self.mode == "cuda":
+            props = torch.cuda.get_device_properties(0)
+            info.update(name=props.name, capability=f"{props.major}.{props.minor}",
+                        sm_count=props.multi_processor_count, l2_bytes=getattr(props, "L2_cache_size", None))
+            info.update(_nvidia_smi(f"GPU-{props.uuid}" if getattr(props, "uuid", None) else "0"))
+        else:
+            info["name"] = platform.processor() or platform.machine() or "cpu"
+        return info
+
+
+class CandidateRole(_Role):
+    """Untrusted: the candidate's module is imported here."""
+
+    def __init__(self, msg: dict[str, Any]):
+        super().__init__(msg)
+        from ..problem import import_file
+
+        path = Path(msg["candidate_path"])
+        module = import_file(path, "candidate")
+        sys.modules["candidate"] = module
+        cls = getattr(module, "ModelNew", None) or getattr(module, "Model", None)
+        if not (isinstance(cls, type) and issubclass(cls, torch.nn.Module)):
+            raise CandidateLoadError("the candidate defines no ModelNew (or Model) class deriving from torch.nn.Module")
+        self.cls = cls
+
+    def build(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
+        state = make_reference_model(self.reference, shape, param_seed).state_dict()
+        args = init_inputs(self.reference, shape)
+        try:
+            model = self.cls(*args)
+        except TypeError as exc:
+            raise TypeError(f"{self.cls.__name__}(*init_inputs) failed with init inputs {args}: {exc}") from None
+        try:
+            model.load_state_dict(state, strict=True)
+        except RuntimeError as exc:
+            raise RuntimeError(f"ModelNew must load the reference's state_dict strictly: {exc}") from None
+        return model.to(self.device).eval()
+
+    def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        case = msg["case"]
+        model = self.model(case["shape"], case["param_seed"])
+        inputs = self.inputs(case["shape"], case["seed"])
+        recorder = OpRecorder()
+        with torch.no_grad(), recorder:
+            out = model(*inputs)
+        if self.mode == "cuda":
+            timing._sync()
+        outs = as_output_list(out)
+        for o in outs:
+            problem = describe_output_problem(o, self.device)
+            if problem:
+                flags = ["tensor_subclass"] if "subclass" in problem else []
+                return {"ok": False, "error": "mismatch", "message": problem, "ops": sorted(recorder.ops),
+                        "output_flags": flags}
+        flags = [] if recorder.intact else ["dispatch_mode_removed"]
+        return {"ok": True, "outputs": [o.detach() for o in outs], "ops": sorted(recorder.ops), "output_flags": flags}
+
+
+def _nvidia_smi(device: str) -> dict[str, Any]:
+    """Driver version and current clocks of this worker's GPU (by UUID), where nvidia-smi answers."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem",
+                              "--format=csv,noheader,nounits", "-i", device],
+                             capture_output=True, text=True, timeout=10).stdout.strip().splitlines()
+        driver, sm, mem = [x.strip() for x in out[0].split(",")]
+        return {"driver": driver, "sm_clock_mhz": int(sm), "mem_clock_mhz": int(mem)}
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+
+
+def _serve(channel: Channel) -> int:
+    role: _Role | None = None
+    while True:
+        try:
+            msg = channel.recv()
+        except ChannelClosed:
+            return 0
+        op = msg.get("op") if isinstance(msg, dict) else None
+        try:
+            if op == "exit":
+                channel.send({"ok": True})
+                return 0
+            if op == "setup":
+                role = ReferenceRole(msg) if msg["role"] == "reference" else CandidateRole(msg)
+                reply = {"ok": True}
+                if isinstance(role, ReferenceRole):
+                    reply["device"] = role.device_info()
+            elif role is None:
+                reply = {"ok": False, "error": "runtime_error", "message": f"{op!r} before setup"}
+            else:
+                handler = getattr(role, op, None) if op in {"run", "time", "reference_outputs", "check"} else None
+                if handler is None:
+                    reply = {"ok": False, "error": "runtime_error", "message": f"unknown request {op!r}"}
+                else:
+                    reply = handler(msg)
+        except BaseException as exc:  # noqa: BLE001 (everything a candidate raises is reported)
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            kind = "compile_error" if _is_compile_error(exc) else "runtime_error"
+            reply = {"ok": False, "error": kind, "message": _format_exception(exc)}
+        reply["integrity"] = _SNAPSHOT.violations()
+        channel.send(reply)
+
+
+def main(argv: list[str]) -> int:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfaulting candidate leaves no core file
+    channel = Channel(int(argv[1]), int(argv[2]))
+    return _serve(channel)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
