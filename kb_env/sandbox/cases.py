@@ -10,10 +10,12 @@ import torch
 
 
 def make_inputs(reference: ModuleType, shape: dict[str, int], seed: int, device: str) -> list[Any]:
-    """``reference.get_inputs(**shape)`` drawn under `seed` (on the CPU generator, so the draw
-    does not depend on the device), then moved to `device`."""
+    """``reference.get_inputs(**shape)`` drawn under `seed` with `device` as the default device,
+    so large inputs are drawn on the GPU (its generator is seeded too); anything a reference
+    creates elsewhere is moved to `device`."""
     torch.manual_seed(seed)
-    inputs = reference.get_inputs(**shape)
+    with torch.device(device):
+        inputs = reference.get_inputs(**shape)
     return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
 
 

@@ -1,0 +1,24 @@
+"""Shared fixtures: candidate sources for the softmax problem (CPU mode)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+CANDIDATES = Path(__file__).parent / "candidates"
+
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def candidate(name: str) -> str:
+    """The source of tests/candidates/<name>.py."""
+    return (CANDIDATES / f"{name}.py").read_text()
+
+
+@pytest.fixture(scope="session")
+def softmax_solution() -> str:
+    from kb_env import get_problem
+
+    return get_problem("softmax").solution_paths[0].read_text()

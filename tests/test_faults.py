@@ -1,0 +1,96 @@
+"""A candidate that segfaults, exits early, hangs, prints a fake result or tampers with the
+harness leaves the environment working for the next step."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+from conftest import candidate
+
+import kb_env  # noqa: F401
+
+
+@pytest.fixture(scope="module")
+def env():
+    e = gym.make("KernelBench/softmax-v0", device="cpu", max_turns=100, timeout_s=30)
+    e.reset(seed=7)
+    yield e
+    e.close()
+
+
+def _good_step_still_works(env, solution):
+    _, reward, _, _, info = env.step(solution)
+    assert info["correct"] and info["error"] is None, info["result"]["message"]
+    return reward
+
+
+def test_segfault_is_a_crash_and_env_survives(env, softmax_solution):
+    _, reward, _, _, info = env.step(candidate("segfault"))
+    assert info["error"] == "crash" and not info["correct"]
+    assert "SIGSEGV" in info["result"]["message"]
+    assert _good_step_still_works(env, softmax_solution) > reward
+
+
+def test_os_exit_is_a_crash(env, softmax_solution):
+    _, _, _, _, info = env.step(candidate("exit_early"))
+    assert info["error"] == "crash"
+    assert "status 0" in info["result"]["message"]
+    _good_step_still_works(env, softmax_solution)
+
+
+def test_hang_times_out(softmax_solution):
+    e = gym.make("KernelBench/softmax-v0", device="cpu", timeout_s=12)
+    e.reset(seed=0)
+    _, reward, _, _, info = e.step(candidate("hang"))
+    assert info["error"] == "timeout" and not info["correct"]
+    assert info["result"]["wall_s"] < 40
+    _good_step_still_works(e, softmax_solution)
+
+
+def test_fake_stdout_is_ignored(env, softmax_solution):
+    obs, reward, _, _, info = env.step(candidate("fake_stdout"))
+    assert info["correct"] is False and info["error"] == "mismatch"
+    assert info["speedup"] is None
+    # What it printed is shown to the agent as its output, and nothing more.
+    assert '"speedup": 100.0' in info["result"]["candidate_output"]
+    assert "not used for grading" in obs["feedback"]
+    _good_step_still_works(env, softmax_solution)
+
+
+def test_patched_timer_is_flagged(env):
+    _, reward, _, _, info = env.step(candidate("patch_timer"))
+    assert info["correct"] is True
+    assert "patched:torch.cuda.synchronize" in info["flags"]
+    assert "patched:torch.cuda.Event.elapsed_time" in info["flags"]
+    assert info["error"] == "integrity" and reward == 0.0
+
+
+def test_global_precision_flags_are_flagged(env):
+    _, reward, _, _, info = env.step(candidate("tf32_flag"))
+    assert "torch_flag:matmul.allow_tf32" in info["flags"]
+    assert "torch_flag:float32_matmul_precision" in info["flags"]
+    assert reward == 0.0
+
+
+def test_tensor_subclass_output_is_rejected(env):
+    _, _, _, _, info = env.step(candidate("subclass_output"))
+    assert not info["correct"] and info["error"] in ("mismatch", "integrity")
+    assert "tensor_subclass" in info["flags"]
+
+
+def test_forbidden_import_is_flagged_without_running(env):
+    src = "import ctypes\nimport torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n        return x\n"
+    _, reward, _, _, info = env.step(src)
+    assert info["error"] == "integrity" and "forbidden_import:ctypes" in info["flags"]
+    assert info["result"]["wall_s"] < 2  # decided from the source alone
+    assert reward == 0.0
+
+
+def test_no_secret_environment_reaches_the_candidate(monkeypatch, softmax_solution):
+    from kb_env.sandbox.runner import worker_env
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-secret")
+    monkeypatch.setenv("KB_SEED", "1234")
+    env = worker_env("cpu", __import__("pathlib").Path("/tmp"))
+    assert "OPENAI_API_KEY" not in env and "KB_SEED" not in env
+    assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""

@@ -1,0 +1,47 @@
+"""GPU-only: the CUDA path end to end (skipped without CUDA; run on the GPU machine).
+Speeds are measured by benchmarks/foundation_gpu.py, not asserted here."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import candidate, requires_cuda
+
+from kb_env import evaluate, get_problem
+
+pytestmark = [requires_cuda, pytest.mark.gpu]
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "gemm_bias_gelu"])
+def test_known_good_solution_is_correct_and_timed(name):
+    spec = get_problem(name)
+    r = evaluate(spec, spec.solution_paths[0].read_text(), mode="cuda")
+    assert r.correct and r.error is None and r.flags == [], r.message
+    assert r.timing_meaningful and len(r.timings) == len(spec.shapes.gpu)
+    for t in r.timings:
+        assert t.candidate.median_ms > 0 and t.baseline.median_ms > 0
+        assert t.peak_fraction is not None and 0 < t.peak_fraction < 1.5
+        assert t.regime in ("memory-bound", "compute-bound")
+    assert r.device is not None and r.device.hardware_key is not None
+
+
+def test_zeros_fail_on_the_wide_gpu_shape():
+    spec = get_problem("softmax")
+    r = evaluate(spec, candidate("softmax_zeros"), mode="cuda")
+    assert not r.correct and r.error.value == "mismatch"
+
+
+def test_illegal_memory_access_then_healthy_gpu():
+    spec = get_problem("softmax")
+    bad = evaluate(spec, candidate("illegal_memory"), mode="cuda", timeout_s=120)
+    assert not bad.correct and bad.error.value in ("runtime_error", "crash"), bad.message
+    good = evaluate(spec, spec.solution_paths[0].read_text(), mode="cuda")
+    assert good.correct and good.error is None, good.message
+
+
+def test_patched_timer_is_flagged_on_gpu():
+    spec = get_problem("softmax")
+    r = evaluate(spec, candidate("patch_timer"), mode="cuda")
+    assert r.correct
+    assert "patched:torch.cuda.Event.elapsed_time" in r.flags
+    # The harness times with functions bound before the candidate loaded: real times.
+    assert all(t.candidate.median_ms > 0.01 for t in r.timings)

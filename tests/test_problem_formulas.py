@@ -1,0 +1,261 @@
+"""Every problem's FLOPs and bytes formula, unit-tested against the work its reference really does.
+
+FLOPs: the reference Model's forward is traced with ``make_fx`` into primitive ATen/prims ops
+(the core-ATen decompositions, plus the composites that core ATen keeps whole: softmax, GELU,
+mean) and counted by `count_flops`:
+
+- a matrix product (mm, bmm) is 2*M*N*K, addmm/baddbmm add M*N for the added term;
+- a pointwise arithmetic op (add, mul, exp, tanh, rsqrt, pow, ...) is 1 FLOP per output element;
+- a reduction (sum, amax, ...) is 1 FLOP per input element;
+- dtype conversions, views, broadcasts, copies and allocations are free.
+
+An op in none of these lists makes the counter raise: a new reference that uses one forces a
+decision here rather than being silently counted as zero. The formulas must equal the count
+exactly: the trace is deterministic and the conventions above are the ones the problem.yaml
+comments use, so any difference is a formula that does not describe its reference.
+
+Bytes: the minimum traffic of one forward: every input tensor, every state_dict tensor
+(parameters and buffers) and every output, each moved once.
+
+CPU shapes are traced on real tensors; GPU shapes (too big to materialise here in a few seconds)
+on fake tensors, which carry shapes and dtypes only -- `test_fake_trace_counts_like_real_trace`
+checks the two agree.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from functools import lru_cache
+
+import pytest
+import torch
+import torch._decomp
+import torch.nn.functional as F
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from kb_env.evaluate.roofline import ridge_point, roofline_time_s
+from kb_env.hardware import by_key
+from kb_env.problem import all_problems, import_file
+from kb_env.sandbox.cases import make_reference_model
+
+aten = torch.ops.aten
+
+# ----- the work counter ----------------------------------------------------------------------
+# Core ATen keeps these composites whole; decompose them too, so that what is counted is
+# arithmetic rather than a library call.
+DECOMPOSITIONS = {
+    **torch._decomp.core_aten_decompositions(),
+    **torch._decomp.get_decompositions([aten._softmax, aten._log_softmax, aten.gelu, aten.mean, aten.var_mean]),
+}
+
+MATMUL = {"mm", "bmm", "addmm", "baddbmm"}
+POINTWISE = {
+    "add", "sub", "rsub", "mul", "div", "true_divide", "neg", "abs", "reciprocal", "square",
+    "exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf", "sin", "cos",
+    "sqrt", "rsqrt", "pow", "maximum", "minimum", "clamp", "clamp_min", "clamp_max", "relu",
+}
+REDUCTION = {"sum", "amax", "amin", "prod", "argmax", "argmin"}
+FREE = {
+    "_to_copy", "convert_element_type", "to", "clone", "copy", "alias", "detach", "lift_fresh_copy",
+    "view", "_unsafe_view", "reshape", "expand", "broadcast_in_dim", "permute", "t", "transpose",
+    "squeeze", "unsqueeze", "slice", "select", "as_strided", "contiguous", "collapse_view", "split_dim",
+    "empty", "empty_like", "empty_strided", "full", "full_like", "zeros", "zeros_like", "ones", "ones_like",
+    "scalar_tensor", "getitem",
+}
+
+
+def _numel(node_or_value) -> int:
+    val = node_or_value.meta["val"] if isinstance(node_or_value, torch.fx.Node) else node_or_value
+    return val.numel()
+
+
+def _op_name(target) -> str:
+    name = getattr(getattr(target, "overloadpacket", None), "__name__", None) or getattr(target, "__name__", str(target))
+    return name[:-1] if name.endswith("_") and not name.startswith("_") else name  # add_ -> add
+
+
+def _matmul_flops(name: str, node: torch.fx.Node) -> int:
+    a, b = (node.args[1], node.args[2]) if name in ("addmm", "baddbmm") else (node.args[0], node.args[1])
+    a_shape, b_shape = a.meta["val"].shape, b.meta["val"].shape
+    k = a_shape[-1]
+    assert b_shape[-2] == k, (a_shape, b_shape)
+    out = _numel(node)  # M*N (times the batch for bmm)
+    return 2 * out * k + (out if name in ("addmm", "baddbmm") else 0)
+
+
+@dataclass
+class Work:
+    matmul: int
+    pointwise: int
+    reduction: int
+    ops: Counter  # op name -> FLOPs it contributed
+
+    @property
+    def flops(self) -> int:
+        return self.matmul + self.pointwise + self.reduction
+
+
+def count_flops(graph: torch.fx.Graph) -> Work:
+    """FLOPs of a traced (decomposed) graph, by the conventions in the module docstring."""
+    work = Work(0, 0, 0, Counter())
+    for node in graph.nodes:
+        if node.op != "call_function":
+            continue
+        name = _op_name(node.target)
+        if name in FREE:
+            continue
+        if name in MATMUL:
+            n = _matmul_flops(name, node)
+            work.matmul += n
+        elif name in POINTWISE:
+            n = _numel(node)
+            work.pointwise += n
+        elif name in REDUCTION:
+            n = _numel(node.args[0])
+            work.reduction += n
+        else:
+            raise NotImplementedError(f"the FLOP counter has no rule for {node.target} ({name}); "
+                                      "add it to MATMUL, POINTWISE, REDUCTION or FREE in this module")
+        work.ops[name] += n
+    return work
+
+
+def trace(fn, *args) -> torch.fx.Graph:
+    with torch.no_grad():
+        return make_fx(fn, decomposition_table=DECOMPOSITIONS)(*args).graph
+
+
+# ----- the problems ---------------------------------------------------------------------------
+PROBLEMS = all_problems()
+
+
+@lru_cache(maxsize=None)
+def _reference(name: str):
+    return import_file(PROBLEMS[name].reference_path, f"_formula_ref_{name}")
+
+
+def _tensor_bytes(values) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))
+
+
+@dataclass
+class Measured:
+    work: Work
+    input_bytes: int
+    state_bytes: int
+    output_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.input_bytes + self.state_bytes + self.output_bytes
+
+
+def _measure(name: str, shape: dict[str, int]) -> Measured:
+    ref = _reference(name)
+    model = make_reference_model(ref, shape, param_seed=0).eval()
+    torch.manual_seed(0)
+    inputs = ref.get_inputs(**shape)
+    with torch.no_grad():
+        out = model(*inputs)
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    graph = trace(lambda *xs: model(*xs), *inputs)
+    return Measured(count_flops(graph), _tensor_bytes(inputs), _tensor_bytes(model.state_dict().values()),
+                    _tensor_bytes(outs))
+
+
+@lru_cache(maxsize=None)
+def measure(name: str, shape_items: tuple, fake: bool) -> Measured:
+    shape = dict(shape_items)
+    if not fake:
+        return _measure(name, shape)
+    with FakeTensorMode():  # shapes and dtypes only: a GPU-sized problem costs nothing
+        return _measure(name, shape)
+
+
+def _cases():
+    for name, spec in PROBLEMS.items():
+        for where in ("cpu", "gpu"):
+            for i, shape in enumerate(getattr(spec.shapes, where)):
+                yield pytest.param(name, shape, where == "gpu", id=f"{name}-{where}{i}")
+
+
+CASES = list(_cases())
+
+# ----- the counter itself -------------------------------------------------------------------
+def test_counter_counts_matmul_pointwise_and_reduction():
+    a, b, c = torch.randn(3, 4), torch.randn(4, 5), torch.randn(5)
+    work = count_flops(trace(lambda a, b, c: torch.addmm(c, a, b).exp().sum(-1), a, b, c))
+    assert (work.matmul, work.pointwise, work.reduction) == (2 * 3 * 5 * 4 + 3 * 5, 3 * 5, 3 * 5)
+    x = torch.randn(2, 3, 4)
+    work = count_flops(trace(lambda x: torch.bmm(x, x.transpose(1, 2)).float() * 2, x))
+    assert (work.matmul, work.pointwise) == (2 * 2 * 3 * 3 * 4, 2 * 3 * 3)
+
+
+def test_counter_sees_primitives_not_composites():
+    """Softmax, tanh-GELU and RMS norm reach the counter as primitive arithmetic (on this torch)."""
+    x = torch.randn(4, 8)
+    soft = count_flops(trace(lambda x: torch.softmax(x, dim=-1), x))
+    assert dict(soft.ops) == {"amax": 32, "sub": 32, "exp": 32, "sum": 32, "div": 32}
+    gelu = count_flops(trace(lambda x: F.gelu(x, approximate="tanh"), x))
+    assert set(gelu.ops) == {"mul", "add", "tanh"} and gelu.ops["tanh"] == 32
+    assert gelu.flops == 9 * 32  # x*x*x, *0.044715, +x, *sqrt(2/pi), tanh, +1, *x, *0.5
+    rms = count_flops(trace(lambda x, w: F.rms_norm(x, (8,), w, 1e-6), x, torch.randn(8)))
+    assert set(rms.ops) == {"pow", "sum", "div", "add", "rsqrt", "mul"}
+    assert rms.flops == 4 * 32 + 3 * 4
+
+
+def test_counter_refuses_an_op_it_has_no_rule_for():
+    with pytest.raises(NotImplementedError, match="cumsum"):
+        count_flops(trace(lambda x: x.cumsum(-1), torch.randn(3, 4)))
+
+
+# ----- the formulas ---------------------------------------------------------------------------
+@pytest.mark.parametrize("name,shape,fake", list(CASES))
+def test_flops_formula_matches_counted_work(name, shape, fake):
+    spec = PROBLEMS[name]
+    work = measure(name, tuple(shape.items()), fake).work
+    formula = spec.flops_of(shape)
+    assert formula == work.flops, (
+        f"{name} {shape}: flops formula {spec.flops!r} = {formula:.0f}, the reference does {work.flops} "
+        f"(matmul {work.matmul}, pointwise {work.pointwise}, reduction {work.reduction}; by op {dict(work.ops)})")
+
+
+@pytest.mark.parametrize("name,shape,fake", CASES)
+def test_bytes_formula_matches_tensor_traffic(name, shape, fake):
+    spec = PROBLEMS[name]
+    m = measure(name, tuple(shape.items()), fake)
+    assert m.input_bytes > 0 and m.output_bytes > 0
+    assert spec.bytes_of(shape) == m.bytes, (
+        f"{name} {shape}: bytes formula {spec.bytes!r} = {spec.bytes_of(shape):.0f}, the tensors move {m.bytes} "
+        f"(inputs {m.input_bytes}, state_dict {m.state_bytes}, outputs {m.output_bytes})")
+
+
+@pytest.mark.parametrize("name", sorted(PROBLEMS))
+def test_fake_trace_counts_like_real_trace(name):
+    shape = tuple(PROBLEMS[name].shapes.cpu[0].items())
+    real, fake = measure(name, shape, False), measure(name, shape, True)
+    assert fake.work.ops == real.work.ops and fake.work.flops > 0
+    assert (fake.input_bytes, fake.state_bytes, fake.output_bytes) == (real.input_bytes, real.state_bytes, real.output_bytes)
+
+
+# ----- roofline regime ------------------------------------------------------------------------
+EXPECTED_REGIME = {"softmax": "memory-bound", "rmsnorm": "memory-bound", "gemm_bias_gelu": "compute-bound"}
+
+
+@pytest.mark.parametrize("name,regime", sorted(EXPECTED_REGIME.items()))
+def test_roofline_regime_on_h100(name, regime):
+    assert name in PROBLEMS, f"problem {name} is gone"
+    spec = PROBLEMS[name]
+    gpu = by_key("h100-sxm")
+    ridge = ridge_point(gpu, spec.compute_dtype)
+    for shape in spec.shapes.gpu:
+        flops, nbytes = spec.flops_of(shape), spec.bytes_of(shape)
+        intensity = flops / nbytes
+        assert (intensity >= ridge) == (regime == "compute-bound"), (
+            f"{name} {shape}: {intensity:.3g} FLOP/byte against an H100 ridge of {ridge:.3g} ({spec.compute_dtype})")
+        assert roofline_time_s(flops, nbytes, gpu, spec.compute_dtype)[1] == regime
+        # Not a borderline call: at least 2x away from the datasheet ridge either way (the gemm's
+        # second shape is the closest, ~2.4x above it).
+        assert max(intensity / ridge, ridge / intensity) >= 2
