@@ -56,8 +56,9 @@ def render(result: EvalResult, turn: int | None = None, max_turns: int | None = 
         lines.append("|---|---|---|---|---|---|")
         for t in r.timings:
             pf = f"{t.peak_fraction:.3f}" if t.peak_fraction is not None else "n/a"
+            speedup = f"{t.speedup:.2f}x" if r.timing_meaningful else "n/a"
             lines.append(f"| {_shape(t.shape)} | {t.candidate.median_ms:.4f} ±{t.candidate.rel_spread:.1%} | "
-                         f"{t.baseline.median_ms:.4f} | {t.speedup:.2f}x | {pf} | {t.regime or 'n/a'} |")
+                         f"{t.baseline.median_ms:.4f} | {speedup} | {pf} | {t.regime or 'n/a'} |")
         if r.timing_meaningful and r.speedup is not None:
             pf = f", peak fraction {r.peak_fraction:.3f}" if r.peak_fraction is not None else ""
             lines.append(f"overall (geometric mean): speedup {r.speedup:.2f}x over the {r.baseline} baseline{pf}")

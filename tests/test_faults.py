@@ -94,3 +94,11 @@ def test_no_secret_environment_reaches_the_candidate(monkeypatch, softmax_soluti
     env = worker_env("cpu", __import__("pathlib").Path("/tmp"))
     assert "OPENAI_API_KEY" not in env and "KB_SEED" not in env
     assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+
+
+def test_writing_into_the_result_pipe_is_a_protocol_violation(env, softmax_solution):
+    _, reward, _, _, info = env.step(candidate("forge_channel"))
+    assert not info["correct"] and info["error"] == "crash"
+    assert "protocol_violation" in info["flags"]
+    assert reward == 0.0
+    _good_step_still_works(env, softmax_solution)

@@ -21,12 +21,13 @@ from typing import Any
 
 from ..hardware import lookup
 from ..problem import ProblemSpec
-from ..sandbox.runner import WorkerDied, WorkerProcess, WorkerTimeout
+from ..sandbox.runner import ProtocolViolation, WorkerDied, WorkerProcess, WorkerTimeout
 from .result import CaseCheck, DeviceInfo, ErrorKind, EvalResult, Mismatch, Samples, ShapeTiming, geomean
 from .roofline import peak_fraction
 from .static import check_source
 
 REFERENCE_TIMEOUT_S = 900.0
+MAX_MESSAGE_CHARS = 20_000
 CPU_TIMING = {"warmup": 1, "reps": 3, "rounds": 1, "input_sets": 1}
 # Wall-clock check: flag a reported time under this fraction of the harness's own wall clock
 # per call, once that wall clock is long enough (launch overhead makes short calls unmeasurable).
@@ -41,6 +42,31 @@ class HarnessError(RuntimeError):
 def derive_seed(salt: int, label: str) -> int:
     digest = hashlib.blake2b(f"{salt}:{label}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _outputs(value: Any) -> list:
+    """A candidate's outputs: a list of tensors, or ProtocolViolation."""
+    import torch
+
+    if not isinstance(value, list) or not all(isinstance(v, torch.Tensor) for v in value):
+        raise ProtocolViolation("outputs are not a list of tensors")
+    return value
+
+
+def _str_list(value: Any) -> list[str]:
+    """A list of short names from the candidate's worker (anything else is dropped)."""
+    if not isinstance(value, list):
+        return []
+    return [v[:200] for v in value if isinstance(v, str)]
+
+
+def _times(value: Any, reps: int) -> list[float] | None:
+    """Reported per-call times if they are `reps` positive finite numbers, else None."""
+    if not isinstance(value, list) or len(value) != reps:
+        return None
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 for v in value):
+        return None
+    return [float(v) for v in value]
 
 
 class _Budget:
@@ -103,6 +129,10 @@ class Evaluator:
         except WorkerDied as exc:
             res.error, res.message = ErrorKind.crash, f"the candidate's worker process died: {exc.how}"
             res.correct = False
+        except ProtocolViolation as exc:
+            res.error, res.message = ErrorKind.crash, f"the candidate's worker broke the protocol: {exc}"
+            res.correct = False
+            res.flags = sorted({*res.flags, "protocol_violation"})
         finally:
             res.candidate_output = cand.output_tail()
             cand.close()
@@ -112,7 +142,7 @@ class Evaluator:
         """A request to the trusted worker; any failure there is the harness's, not the candidate's."""
         try:
             reply = ref.request(message, REFERENCE_TIMEOUT_S) if message else ref.recv(REFERENCE_TIMEOUT_S)
-        except (WorkerDied, WorkerTimeout) as exc:
+        except (WorkerDied, WorkerTimeout, ProtocolViolation) as exc:
             raise HarnessError(f"reference worker failed: {exc}\n{ref.output_tail()}") from None
         if not reply.get("ok"):
             raise HarnessError(f"reference worker failed on {self.spec.name}: {reply.get('message')}")
@@ -141,7 +171,7 @@ class Evaluator:
 
         flags: set[str] = set()
         reply = cand.recv(budget.left())
-        flags.update(reply.get("integrity", []))
+        flags.update(_str_list(reply.get("integrity")))
         if not reply.get("ok"):
             self._fail(res, reply, flags)
             return
@@ -150,13 +180,13 @@ class Evaluator:
         ops: set[str] = set()
         for case in cases:
             reply = cand.request({"op": "run", "case": case}, budget.left())
-            flags.update(reply.get("integrity", []))
-            flags.update(reply.get("output_flags", []))
-            ops.update(reply.get("ops", []))
+            flags.update(_str_list(reply.get("integrity")))
+            flags.update(_str_list(reply.get("output_flags")))
+            ops.update(_str_list(reply.get("ops")))
             if not reply.get("ok"):
                 self._fail(res, reply, flags, ops, case)
                 return
-            if not self._check(ref, case, reply["outputs"], res):
+            if not self._check(ref, case, _outputs(reply.get("outputs")), res):
                 self._finish(res, flags, ops)
                 return
         res.correct = True
@@ -196,14 +226,22 @@ class Evaluator:
                 t0 = time.perf_counter()
                 reply = cand.request({**req, "return_outputs": last}, budget.left())
                 walls.append((time.perf_counter() - t0) * 1e3 / (timing["reps"] + warm))
-                flags.update(reply.get("integrity", []))
+                flags.update(_str_list(reply.get("integrity")))
                 if not reply.get("ok"):
                     self._fail(res, reply, flags)
                     res.correct = False
                     return
-                cand_ms += reply["times_ms"]
+                times = _times(reply.get("times_ms"), timing["reps"])
+                if times is None:
+                    flags.add("timer_implausible")
+                    times = walls[-1:] * timing["reps"]  # the harness's own clock is all that is left
+                cand_ms += times
                 last_reply = reply
-            for case, outs in zip(sets, last_reply["outputs"]):
+            outputs = last_reply.get("outputs")
+            if not isinstance(outputs, list) or len(outputs) != len(sets):
+                raise ProtocolViolation(f"sent {type(outputs).__name__} for the timed outputs")
+            for case, outs in zip(sets, outputs):
+                outs = _outputs(outs)
                 if not self._check(ref, case, outs, res):
                     return
             cand_s, base_s = Samples.of(cand_ms), Samples.of(base_ms)
@@ -242,8 +280,9 @@ class Evaluator:
     def _fail(self, res: EvalResult, reply: dict[str, Any], flags: set[str], ops: set[str] | None = None,
               case: dict[str, Any] | None = None) -> None:
         res.correct = False
-        res.error = ErrorKind(reply.get("error", "runtime_error"))
-        res.message = str(reply.get("message", ""))
+        error = reply.get("error")
+        res.error = ErrorKind(error) if error in {e.value for e in ErrorKind} else ErrorKind.runtime_error
+        res.message = str(reply.get("message", ""))[:MAX_MESSAGE_CHARS]
         if res.error is ErrorKind.mismatch and case is not None:  # an output that cannot be graded at all
             res.checks.append(CaseCheck(kind=case["kind"], shape=case["shape"], seed_index=case["seed_index"], ok=False,
                                         mismatch=Mismatch(output=0, reason="invalid", message=res.message)))

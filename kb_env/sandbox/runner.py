@@ -16,7 +16,7 @@ from typing import Any
 
 import kb_env
 
-from .protocol import Channel, ChannelClosed, ChannelTimeout
+from .protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError
 
 _PASS_ENV_PREFIXES = ("CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "LC_", "OMP_", "MKL_", "OPENBLAS_", "RAY_")
 _PASS_ENV = {"PATH", "HOME", "LANG", "USER", "LOGNAME", "TMPDIR", "PYTHONPATH", "LD_LIBRARY_PATH",
@@ -29,6 +29,11 @@ class WorkerDied(RuntimeError):
     def __init__(self, how: str):
         super().__init__(how)
         self.how = how
+
+
+class ProtocolViolation(RuntimeError):
+    """The worker sent something the protocol does not allow (the candidate wrote to the
+    harness's channel, or sent malformed results); it has been killed."""
 
 
 class WorkerTimeout(TimeoutError):
@@ -88,8 +93,12 @@ class WorkerProcess:
             raise WorkerTimeout(f"no answer within {timeout:.0f} s") from None
         except ChannelClosed:
             raise WorkerDied(self._how_it_died()) from None
+        except ProtocolError as exc:
+            self.kill()
+            raise ProtocolViolation(f"malformed message: {exc}") from None
         if not isinstance(reply, dict):
-            raise WorkerDied(f"sent a {type(reply).__name__} instead of a reply")
+            self.kill()
+            raise ProtocolViolation(f"sent a {type(reply).__name__} instead of a reply")
         return reply
 
     def request(self, message: dict[str, Any], timeout: float) -> dict[str, Any]:
