@@ -39,7 +39,7 @@ def _read_candidate(path: str) -> str:
     if not p.is_file():
         raise CLIError(f"{path}: not a file")
     try:
-        return p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise CLIError(f"{path}: not a text file (expected Python source)") from None
 

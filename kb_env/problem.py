@@ -235,7 +235,7 @@ def load_problem(folder: str | os.PathLike) -> ProblemSpec:
         raise ProblemError(f"{path}: field name: {spec.name!r} differs from the folder name {folder.name!r}")
     if not (folder / "reference.py").is_file():
         raise ProblemError(f"{folder / 'reference.py'}: no such file")
-    if spec.baseline is BaselineKind.file and spec.baseline_path is None:
+    if spec.baseline is BaselineKind.file and not (folder / "baseline.py").is_file():
         raise ProblemError(f"{path}: field baseline: 'baseline.py' named but {folder / 'baseline.py'} is missing")
     return spec.model_copy(update={"folder": folder})
 

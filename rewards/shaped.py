@@ -37,11 +37,11 @@ def default(result: EvalResult | dict[str, Any]) -> float:
     if r.flags or r.error is ErrorKind.integrity:
         return FLAGGED
     if not r.correct:
-        if r.error is ErrorKind.compile_error or not r.compiled:
+        if r.error is ErrorKind.compile_error:
             return COMPILE_ERROR
         if r.error is ErrorKind.mismatch:
             return MISMATCH
-        return RUNTIME_ERROR
+        return RUNTIME_ERROR  # runtime error, timeout, crash (also while loading)
     reward = CORRECT
     if r.timing_meaningful:
         if r.peak_fraction is not None and math.isfinite(r.peak_fraction):

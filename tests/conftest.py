@@ -12,6 +12,16 @@ CANDIDATES = Path(__file__).parent / "candidates"
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
+def _triton_version() -> tuple[int, ...]:
+    import triton
+
+    return tuple(int(p) for p in triton.__version__.split(".")[:2] if p.isdigit())
+
+
+# CPU mode runs Triton's interpreter, which mis-handles masked loads with numpy 2.4 before 3.9.
+requires_cpu_mode = pytest.mark.skipif(_triton_version() < (3, 9), reason="CPU mode needs triton>=3.9")
+
+
 def candidate(name: str) -> str:
     """The source of tests/candidates/<name>.py."""
     return (CANDIDATES / f"{name}.py").read_text()

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from conftest import candidate
+from conftest import candidate, requires_cpu_mode
 
 import kb_env  # noqa: F401  (registers the environments)
+
+pytestmark = requires_cpu_mode
 
 SYNTAX_ERROR = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x)\n        return x\n"
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from conftest import candidate
+from conftest import candidate, requires_cpu_mode
 
 import kb_env  # noqa: F401
+
+pytestmark = requires_cpu_mode
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ import textwrap
 from functools import lru_cache
 
 import pytest
+from conftest import requires_cpu_mode
 import torch
 
 from kb_env.evaluate.correctness import compare_outputs
@@ -210,6 +211,7 @@ def test_every_problem_has_a_known_good_solution():
     assert all(PROBLEMS[name].solution_paths for name in PROBLEMS)
 
 
+@requires_cpu_mode
 @pytest.mark.parametrize("name,shape_index,seed,solution", SOLUTION_CASES)
 def test_known_good_solution_passes_under_interpreter(name, shape_index, seed, solution, solution_outputs):
     _, _, out, _ = case(name, shape_index, seed)

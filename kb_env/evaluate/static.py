@@ -64,7 +64,7 @@ def check_source(source: str, forbidden_imports: list[str]) -> StaticReport:
     if not source.strip():
         return StaticReport(error="the source is empty")
     try:
-        tree = ast.parse(source, filename="candidate.py")
+        tree = ast.parse(source.removeprefix("\ufeff"), filename="candidate.py")  # a UTF-8 BOM is legal Python
     except SyntaxError as exc:
         where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
         text = f"\n    {exc.text.rstrip()}" if exc.text else ""

@@ -131,12 +131,15 @@ class Channel:
             header = json.loads(self._read_exact(size, deadline))
             sizes = [int(s) for s in header["_buffers"]]
             body = header["_body"]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ProtocolError(f"malformed header: {exc}") from None
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            raise ProtocolError(f"malformed header: {type(exc).__name__}: {str(exc)[:200]}") from None
         if any(s < 0 for s in sizes) or sum(sizes) > self.max_payload_bytes:
             raise ProtocolError(f"payload of {sum(sizes)} bytes is over the {self.max_payload_bytes} limit")
         buffers = [self._read_exact(s, deadline) for s in sizes]
-        return _decode(body, buffers)
+        try:
+            return _decode(body, buffers)
+        except RecursionError:
+            raise ProtocolError("malformed message: nested too deeply") from None
 
     def _read_exact(self, n: int, deadline: float | None) -> bytearray:
         out = bytearray(n)
