@@ -104,3 +104,16 @@ def test_writing_into_the_result_pipe_is_a_protocol_violation(env, softmax_solut
     assert "protocol_violation" in info["flags"]
     assert reward == 0.0
     _good_step_still_works(env, softmax_solution)
+
+
+def test_triton_compile_error_on_first_call_is_a_compile_error(env):
+    obs, reward, _, _, info = env.step(candidate("triton_compile_error"))
+    assert info["error"] == "compile_error" and info["compiled"] is False
+    assert "no_such_function" in obs["feedback"]
+    assert reward == 0.0
+
+
+def test_patching_the_harness_module_itself_is_flagged(env):
+    _, reward, _, _, info = env.step(candidate("patch_harness_timer"))
+    assert "patched:kb_env.sandbox.timing._elapsed" in info["flags"]
+    assert info["error"] == "integrity" and reward == 0.0

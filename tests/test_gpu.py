@@ -45,3 +45,17 @@ def test_patched_timer_is_flagged_on_gpu():
     assert "patched:torch.cuda.Event.elapsed_time" in r.flags
     # The harness times with functions bound before the candidate loaded: real times.
     assert all(t.candidate.median_ms > 0.01 for t in r.timings)
+
+
+def test_triton_compile_error_on_first_call_is_a_compile_error():
+    spec = get_problem("softmax")
+    r = evaluate(spec, candidate("triton_compile_error"), mode="cuda")
+    assert r.error.value == "compile_error" and not r.compiled, r.message
+
+
+def test_patched_harness_timer_is_flagged_and_caught_by_the_wall_clock():
+    spec = get_problem("softmax")
+    r = evaluate(spec, candidate("patch_harness_timer"), mode="cuda")
+    assert "patched:kb_env.sandbox.timing._elapsed" in r.flags
+    assert "timer_implausible" in r.flags  # the reported 1 ns per call is far under the harness's clock
+    assert r.error.value == "integrity"

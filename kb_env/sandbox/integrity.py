@@ -8,6 +8,22 @@ import time
 import torch
 
 
+def _harness_targets() -> dict[str, tuple[object, str]]:
+    """The harness's own functions inside the worker: a candidate can import these modules too."""
+    from . import cases, oprecord, protocol, timing
+
+    out: dict[str, tuple[object, str]] = {}
+    for module, names in ((timing, ["_perf_counter", "_zero", "_Event", "_record", "_elapsed", "_sync",
+                                    "time_cuda", "time_cpu", "l2_flush_buffer"]),
+                          (cases, ["make_inputs", "make_reference_model", "as_output_list", "describe_output_problem"]),
+                          (protocol, ["_encode", "Channel"])):
+        for name in names:
+            out[f"{module.__name__}.{name}"] = (module, name)
+    out["kb_env.sandbox.protocol.Channel.send"] = (protocol.Channel, "send")
+    out["kb_env.sandbox.oprecord.OpRecorder.__torch_dispatch__"] = (oprecord.OpRecorder, "__torch_dispatch__")
+    return out
+
+
 def _targets() -> dict[str, tuple[object, str]]:
     targets: dict[str, tuple[object, str]] = {
         "time.perf_counter": (time, "perf_counter"),
@@ -22,7 +38,7 @@ def _targets() -> dict[str, tuple[object, str]]:
         "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
         "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize"),
     }
-    return targets
+    return targets | _harness_targets()
 
 
 def _flags_state() -> dict[str, object]:

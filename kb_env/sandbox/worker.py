@@ -19,16 +19,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from . import timing  # binds its timer functions now, before any candidate code exists
+from .cases import as_output_list, describe_output_problem, init_inputs, make_inputs, make_reference_model
 from .integrity import Snapshot
+from .oprecord import OpRecorder
+from .protocol import Channel, ChannelClosed
 
-_SNAPSHOT = Snapshot()
-
-import torch  # noqa: E402
-
-from . import timing  # noqa: E402  (binds its timer functions now, before the candidate)
-from .cases import as_output_list, describe_output_problem, init_inputs, make_inputs, make_reference_model  # noqa: E402
-from .oprecord import OpRecorder  # noqa: E402
-from .protocol import Channel, ChannelClosed  # noqa: E402
+_SNAPSHOT = Snapshot()  # what the harness relies on, as it is before the candidate is imported
 
 _MAX_TRACE_LINES = 40
 
@@ -38,11 +37,16 @@ class CandidateLoadError(Exception):
 
 
 def _is_compile_error(exc: BaseException) -> bool:
+    """Errors a compiler would report: Triton compilation (on a GPU), what Triton's interpreter
+    raises in place of it (an unknown `tl.` name, in CPU mode), extension builds, imports."""
     names = {cls.__name__ for cls in type(exc).__mro__}
     if names & {"CompilationError", "CompileTimeAssertionFailure", "SyntaxError", "ImportError",
                 "ModuleNotFoundError", "CandidateLoadError"}:
         return True
     text = str(exc)
+    if "InterpreterError" in names and (text.startswith("AttributeError(\"module 'triton.language")
+                                        or text.startswith("NameError(")):
+        return True
     return "Error building extension" in text or "ninja: build stopped" in text
 
 
