@@ -55,6 +55,8 @@ def main() -> None:
     ap.add_argument("--problems", nargs="*", default=PROBLEMS)
     ap.add_argument("--no-reference", action="store_true")
     ap.add_argument("--out", default="foundation_gpu.json")
+    ap.add_argument("--reps", type=int, default=None, help="override each problem's timed calls per round")
+    ap.add_argument("--rounds", type=int, default=None, help="override each problem's interleaved rounds")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("foundation_gpu.py: needs a CUDA GPU")
@@ -64,6 +66,9 @@ def main() -> None:
     rows = []
     for name in args.problems:
         spec = get_problem(name)
+        overrides = {k: v for k, v in (("reps", args.reps), ("rounds", args.rounds)) if v is not None}
+        if overrides:
+            spec = spec.model_copy(update={"timing": spec.timing.model_copy(update=overrides)})
         jobs = [("known-good", spec.solution_paths[0].read_text())] * args.repeats
         if not args.no_reference:
             jobs.append(("reference", spec.reference_source()))
