@@ -65,10 +65,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     if args.timeout is not None and args.timeout <= 0:
         raise CLIError("--timeout must be positive")
+    progress = None
     if not args.json:
-        print(f"evaluating {args.file} on {spec.name} ({mode} mode) ...", file=sys.stderr)
+        print(f"evaluating {args.file} on {spec.name} ({mode} mode)", file=sys.stderr)
+        if sys.stderr.isatty():
+            progress = lambda stage: print(f"\r\033[K  {stage} ...", end="", file=sys.stderr, flush=True)  # noqa: E731
     try:
-        result = Evaluator(spec, mode, args.timeout).evaluate(source, args.seed)
+        result = Evaluator(spec, mode, args.timeout, progress=progress).evaluate(source, args.seed)
+        if progress:
+            print("\r\033[K", end="", file=sys.stderr)
     except HarnessError as exc:
         raise CLIError(f"the harness failed (not the candidate's fault): {str(exc).splitlines()[0]}") from None
     if args.json:

@@ -17,10 +17,10 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..hardware import lookup
-from ..problem import ProblemSpec
+from ..problem import Interface, ProblemSpec
 from ..sandbox.runner import ProtocolViolation, WorkerDied, WorkerProcess, WorkerTimeout
 from .result import CaseCheck, DeviceInfo, ErrorKind, EvalResult, Mismatch, Samples, ShapeTiming, geomean
 from .roofline import peak_fraction
@@ -81,12 +81,18 @@ class _Budget:
 class Evaluator:
     """Evaluates candidates for one problem in one mode ("cuda" or "cpu")."""
 
-    def __init__(self, spec: ProblemSpec, mode: str, timeout_s: float | None = None):
+    def __init__(self, spec: ProblemSpec, mode: str, timeout_s: float | None = None,
+                 progress: Callable[[str], None] | None = None):
         if mode not in ("cuda", "cpu"):
             raise ValueError(f"mode must be 'cuda' or 'cpu', not {mode!r}")
+        if spec.interface is not Interface.forward:
+            raise NotImplementedError(f"{spec.name}: the {spec.interface.value!r} interface is not evaluated yet")
+        if timeout_s is not None and timeout_s <= 0:
+            raise ValueError(f"timeout_s must be positive, not {timeout_s}")
         self.spec = spec
         self.mode = mode
         self.timeout_s = timeout_s if timeout_s is not None else spec.limits.load_s + spec.limits.run_s
+        self.progress = progress or (lambda stage: None)
 
     # ----- public --------------------------------------------------------------------
     def evaluate(self, source: str, salt: int | None = None) -> EvalResult:
@@ -168,8 +174,10 @@ class Evaluator:
         timed = [{"id": f"t{si}.{j}", "kind": "timing", "shape": shape, "shape_index": si, "seed_index": j,
                   "seed": derive_seed(salt, f"timing:{si}:{j}"), "param_seed": param_seed}
                  for si, shape in enumerate(shapes) for j in range(timing["input_sets"])]
+        self.progress("reference outputs")
         self._ref(ref, {"op": "reference_outputs", "cases": cases + timed})
 
+        self.progress("loading the candidate")
         flags: set[str] = set()
         reply = cand.recv(budget.left())
         flags.update(_str_list(reply.get("integrity")))
@@ -179,7 +187,8 @@ class Evaluator:
         res.compiled = True
 
         ops: set[str] = set()
-        for case in cases:
+        for n, case in enumerate(cases, 1):
+            self.progress(f"correctness {n}/{len(cases)} ({_fmt_shape(case['shape'])})")
             reply = cand.request({"op": "run", "case": case}, budget.left())
             flags.update(_str_list(reply.get("integrity")))
             flags.update(_str_list(reply.get("output_flags")))
@@ -213,6 +222,7 @@ class Evaluator:
         gpu = lookup(res.device.name) if res.device and self.mode == "cuda" else None
         timings: list[ShapeTiming] = []
         for si, shape in enumerate(shapes):
+            self.progress(f"timing {si + 1}/{len(shapes)} ({_fmt_shape(shape)})")
             sets = [c for c in timed if c["shape_index"] == si]
             base = {"op": "time", "shape": shape, "param_seed": param_seed, "seeds": [c["seed"] for c in sets]}
             cand_ms: list[float] = []

@@ -1,0 +1,40 @@
+"""Evaluator API beyond the environment: progress stages, argument checks, reproducible seeds."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import requires_cpu_mode
+
+from kb_env import get_problem
+from kb_env.evaluate.evaluator import Evaluator, derive_seed
+from kb_env.problem import Interface
+
+
+@requires_cpu_mode
+def test_progress_reports_each_stage_in_order(softmax_solution):
+    spec = get_problem("softmax")
+    stages: list[str] = []
+    result = Evaluator(spec, "cpu", progress=stages.append).evaluate(softmax_solution, salt=5)
+    assert result.correct
+    n_cases = len(spec.shapes.cpu) * len(spec.seeds)
+    assert stages[0] == "reference outputs" and stages[1] == "loading the candidate"
+    assert [s for s in stages if s.startswith("correctness")][-1].startswith(f"correctness {n_cases}/{n_cases}")
+    assert sum(s.startswith("timing") for s in stages) == len(spec.shapes.cpu)
+
+
+def test_bad_arguments():
+    spec = get_problem("softmax")
+    with pytest.raises(ValueError, match="mode"):
+        Evaluator(spec, "gpu")
+    with pytest.raises(ValueError, match="timeout_s"):
+        Evaluator(spec, "cpu", timeout_s=0)
+    decode = spec.model_copy(update={"interface": Interface.decode})
+    with pytest.raises(NotImplementedError, match="decode"):
+        Evaluator(decode, "cpu")
+
+
+def test_seeds_are_derived_from_the_salt():
+    assert derive_seed(1, "grading:0") == derive_seed(1, "grading:0")
+    assert derive_seed(1, "grading:0") != derive_seed(2, "grading:0")
+    assert derive_seed(1, "grading:0") != derive_seed(1, "grading:1")
+    assert 0 <= derive_seed(123, "params") < 2**63
