@@ -280,3 +280,13 @@ def import_file(path: Path, module_name: str) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def import_source(source: str, module_name: str, filename: str) -> ModuleType:
+    """Execute Python source text as a fresh module (not added to sys.modules). The harness
+    sends problem code to its workers as text read once, so a file rewritten on disk during an
+    evaluation changes nothing."""
+    module = ModuleType(module_name)
+    module.__file__ = filename
+    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 (trusted problem code)
+    return module

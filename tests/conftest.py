@@ -27,6 +27,13 @@ def candidate(name: str) -> str:
     return (CANDIDATES / f"{name}.py").read_text()
 
 
+def tampered(header: str) -> str:
+    """A correct softmax candidate (the known-good solution) behind a tampering header."""
+    from kb_env import get_problem
+
+    return candidate(header) + "\n\n" + get_problem("softmax").solution_paths[0].read_text()
+
+
 @pytest.fixture(scope="session")
 def softmax_solution() -> str:
     from kb_env import get_problem

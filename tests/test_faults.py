@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import pytest
-from conftest import candidate, requires_cpu_mode
+from conftest import candidate, requires_cpu_mode, tampered
 
 import kb_env  # noqa: F401
 
@@ -60,7 +60,7 @@ def test_fake_stdout_is_ignored(env, softmax_solution):
 
 
 def test_patched_timer_is_flagged(env):
-    _, reward, _, _, info = env.step(candidate("patch_timer"))
+    _, reward, _, _, info = env.step(tampered("patch_timer"))
     assert info["correct"] is True
     assert "patched:torch.cuda.synchronize" in info["flags"]
     assert "patched:torch.cuda.Event.elapsed_time" in info["flags"]
@@ -68,7 +68,7 @@ def test_patched_timer_is_flagged(env):
 
 
 def test_global_precision_flags_are_flagged(env):
-    _, reward, _, _, info = env.step(candidate("tf32_flag"))
+    _, reward, _, _, info = env.step(tampered("tf32_flag"))
     assert "torch_flag:matmul.allow_tf32" in info["flags"]
     assert "torch_flag:float32_matmul_precision" in info["flags"]
     assert reward == 0.0
@@ -114,6 +114,26 @@ def test_triton_compile_error_on_first_call_is_a_compile_error(env):
 
 
 def test_patching_the_harness_module_itself_is_flagged(env):
-    _, reward, _, _, info = env.step(candidate("patch_harness_timer"))
+    _, reward, _, _, info = env.step(tampered("patch_harness_timer"))
     assert "patched:kb_env.sandbox.timing._elapsed" in info["flags"]
     assert info["error"] == "integrity" and reward == 0.0
+
+
+def test_rewriting_problem_files_is_flagged_and_stops_the_evaluator(tmp_path, softmax_solution):
+    import shutil
+
+    from kb_env.env import KernelBenchEnv
+    from kb_env.evaluate.evaluator import HarnessError
+    from kb_env.problem import get_problem, load_problem
+
+    folder = tmp_path / "softmax"  # a copy: the candidate really rewrites it
+    shutil.copytree(get_problem("softmax").folder, folder)
+    target = folder / "reference.py"
+    attack = (f"open({str(target)!r}, 'a').write('\\nclass Model(Model):\\n    def forward(self, x):\\n"
+              f"        return torch.zeros_like(x)\\n')\n") + softmax_solution
+    env = KernelBenchEnv(load_problem(folder), device="cpu", max_turns=3)
+    env.reset(seed=0)
+    _, reward, _, _, info = env.step(attack)
+    assert "modified_harness_files" in info["flags"] and info["error"] == "integrity" and reward == 0.0
+    with pytest.raises(HarnessError, match="changed on disk"):
+        env.step(softmax_solution)

@@ -4,7 +4,7 @@ Speeds are measured by benchmarks/foundation_gpu.py, not asserted here."""
 from __future__ import annotations
 
 import pytest
-from conftest import candidate, requires_cuda
+from conftest import candidate, requires_cuda, tampered
 
 from kb_env import evaluate, get_problem
 
@@ -40,7 +40,7 @@ def test_illegal_memory_access_then_healthy_gpu():
 
 def test_patched_timer_is_flagged_on_gpu():
     spec = get_problem("softmax")
-    r = evaluate(spec, candidate("patch_timer"), mode="cuda")
+    r = evaluate(spec, tampered("patch_timer"), mode="cuda")
     assert r.correct
     assert "patched:torch.cuda.Event.elapsed_time" in r.flags
     # The harness times with functions bound before the candidate loaded: real times.
@@ -55,7 +55,7 @@ def test_triton_compile_error_on_first_call_is_a_compile_error():
 
 def test_patched_harness_timer_is_flagged_and_caught_by_the_wall_clock():
     spec = get_problem("softmax")
-    r = evaluate(spec, candidate("patch_harness_timer"), mode="cuda")
+    r = evaluate(spec, tampered("patch_harness_timer"), mode="cuda")
     assert "patched:kb_env.sandbox.timing._elapsed" in r.flags
     assert "timer_implausible" in r.flags  # the reported 1 ns per call is far under the harness's clock
     assert r.error.value == "integrity"

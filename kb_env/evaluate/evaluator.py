@@ -22,6 +22,7 @@ from typing import Any, Callable
 from ..hardware import lookup
 from ..problem import Interface, ProblemSpec
 from ..sandbox.runner import ProtocolViolation, WorkerDied, WorkerProcess, WorkerTimeout
+from .filewatch import changed_files, tree_digest
 from .result import CaseCheck, DeviceInfo, ErrorKind, EvalResult, Mismatch, Samples, ShapeTiming, geomean
 from .roofline import peak_fraction
 from .static import check_source
@@ -52,6 +53,17 @@ def _outputs(value: Any) -> list:
     if not isinstance(value, list) or not all(isinstance(v, torch.Tensor) for v in value):
         raise ProtocolViolation("outputs are not a list of tensors")
     return value
+
+
+def _package_dirs() -> list[Path]:
+    """The installed kb_env and rewards packages (what the workers import)."""
+    import importlib.util
+
+    dirs = [Path(__file__).resolve().parents[1]]
+    spec = importlib.util.find_spec("rewards")
+    if spec is not None and spec.origin:
+        dirs.append(Path(spec.origin).resolve().parent)
+    return dirs
 
 
 def _str_list(value: Any) -> list[str]:
@@ -93,9 +105,18 @@ class Evaluator:
         self.mode = mode
         self.timeout_s = timeout_s if timeout_s is not None else spec.limits.load_s + spec.limits.run_s
         self.progress = progress or (lambda stage: None)
+        # Problem code is read once and sent to the workers as text; trusted files are watched.
+        self.reference_source = spec.reference_source()
+        self.baseline_source = spec.baseline_path.read_text() if spec.baseline_path else None
+        self._watched = [spec.folder, *_package_dirs()]
+        self._digest = tree_digest(self._watched)
 
     # ----- public --------------------------------------------------------------------
     def evaluate(self, source: str, salt: int | None = None) -> EvalResult:
+        changed = changed_files(self._digest, tree_digest(self._watched))
+        if changed:
+            raise HarnessError(f"trusted files changed on disk since this evaluator started ({', '.join(changed[:3])}); "
+                               "restore them (reinstall kb_env) and start a new environment")
         started = time.monotonic()
         salt = secrets.randbits(63) if salt is None else salt
         res = EvalResult(problem=self.spec.name, mode=self.mode, baseline=self.spec.baseline.value,
@@ -110,6 +131,10 @@ class Evaluator:
         else:
             with tempfile.TemporaryDirectory(prefix="kb_eval_") as tmp:
                 self._run(Path(tmp), source, salt, res)
+            if changed_files(self._digest, tree_digest(self._watched)):
+                res.flags = sorted({*res.flags, "modified_harness_files"})
+                res.error = ErrorKind.integrity
+                res.message = "the candidate modified the problem's or the harness's files on disk"
         res.wall_s = time.monotonic() - started
         return res
 
@@ -123,9 +148,10 @@ class Evaluator:
         ref = WorkerProcess("reference", self.mode, tmp / "reference")
         cand = WorkerProcess("candidate", self.mode, cand_dir)
         try:
-            common = {"op": "setup", "mode": self.mode, "problem_dir": str(self.spec.folder)}
+            common = {"op": "setup", "mode": self.mode, "problem_dir": str(self.spec.folder),
+                      "reference_source": self.reference_source}
             ref.send({**common, "role": "reference", "baseline": self.spec.baseline.value,
-                      "spec": self.spec.model_dump(mode="json")})
+                      "baseline_source": self.baseline_source, "spec": self.spec.model_dump(mode="json")})
             cand.send({**common, "role": "candidate", "candidate_path": str(cand_path)})
             reply = self._ref(ref, None)
             res.device = self._device_info(reply["device"])

@@ -76,14 +76,14 @@ def _shape_key(shape: dict[str, int], param_seed: int) -> tuple:
 
 class _Role:
     def __init__(self, msg: dict[str, Any]):
-        from ..problem import import_file
+        from ..problem import import_source
 
         self.mode: str = msg["mode"]
         self.device = "cuda" if self.mode == "cuda" else "cpu"
         if self.mode == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("CUDA mode was asked for but this worker sees no CUDA device")
         self.problem_dir = Path(msg["problem_dir"])
-        self.reference = import_file(self.problem_dir / "reference.py", "kb_reference")
+        self.reference = import_source(msg["reference_source"], "kb_reference", str(self.problem_dir / "reference.py"))
         self._models: dict[tuple, torch.nn.Module] = {}
         self._input_sets: dict[tuple, list[list[Any]]] = {}
 
@@ -125,11 +125,11 @@ class ReferenceRole(_Role):
 
     def __init__(self, msg: dict[str, Any]):
         super().__init__(msg)
-        from ..problem import ProblemSpec, import_file
+        from ..problem import ProblemSpec, import_source
 
         self.spec = ProblemSpec.model_validate(msg["spec"])
         self.baseline_kind = msg["baseline"]
-        self.baseline_module = (import_file(self.problem_dir / "baseline.py", "kb_baseline")
+        self.baseline_module = (import_source(msg["baseline_source"], "kb_baseline", str(self.problem_dir / "baseline.py"))
                                 if self.baseline_kind == "baseline.py" else None)
         self.expected: dict[str, list[torch.Tensor]] = {}
 
