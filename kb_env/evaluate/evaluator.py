@@ -152,7 +152,8 @@ class Evaluator:
                       "reference_source": self.reference_source}
             ref.send({**common, "role": "reference", "baseline": self.spec.baseline.value,
                       "baseline_source": self.baseline_source, "spec": self.spec.model_dump(mode="json")})
-            cand.send({**common, "role": "candidate", "candidate_path": str(cand_path)})
+            cand.send({**common, "role": "candidate", "candidate_path": str(cand_path),
+                       "forbidden_imports": list(self.spec.forbidden.imports)})
             reply = self._ref(ref, None)
             res.device = self._device_info(reply["device"])
             self._candidate(ref, cand, budget, salt, res)

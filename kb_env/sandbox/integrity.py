@@ -58,12 +58,23 @@ class Snapshot:
     """Identity of every harness function and the value of every global torch flag, at capture."""
 
     def __init__(self) -> None:
-        self.functions = {name: getattr(owner, attr) for name, (owner, attr) in _targets().items()}
+        self.targets = _targets()
+        self.functions = {name: getattr(owner, attr) for name, (owner, attr) in self.targets.items()}
         self.flags = _flags_state()
+
+    def watch_import_hooks(self) -> None:
+        """Also watch the import functions (once the import guard has replaced them)."""
+        import builtins
+        import importlib
+
+        for name, owner, attr in (("builtins.__import__", builtins, "__import__"),
+                                  ("importlib.import_module", importlib, "import_module")):
+            self.targets[name] = (owner, attr)
+            self.functions[name] = getattr(owner, attr)
 
     def violations(self) -> list[str]:
         out = []
-        for name, (owner, attr) in _targets().items():
+        for name, (owner, attr) in self.targets.items():
             if getattr(owner, attr, None) is not self.functions[name]:
                 out.append(f"patched:{name}")
         now = _flags_state()

@@ -23,11 +23,13 @@ import torch
 
 from . import timing  # binds its timer functions now, before any candidate code exists
 from .cases import as_output_list, describe_output_problem, init_inputs, make_inputs, make_reference_model
+from .importguard import ImportGuard
 from .integrity import Snapshot
 from .oprecord import OpRecorder
 from .protocol import Channel, ChannelClosed
 
 _SNAPSHOT = Snapshot()  # what the harness relies on, as it is before the candidate is imported
+_GUARD: ImportGuard | None = None  # installed just before the candidate is imported
 
 _MAX_TRACE_LINES = 40
 
@@ -53,10 +55,11 @@ def _is_compile_error(exc: BaseException) -> bool:
 def _format_exception(exc: BaseException) -> str:
     """The traceback without the harness's own frames: the candidate's frames and the error."""
     te = traceback.TracebackException.from_exception(exc)
-    harness = str(Path(__file__).resolve().parent)
+    harness = str(Path(__file__).resolve().parents[1])  # the kb_env package
     for t in [te, *_chain(te)]:
         t.stack = traceback.StackSummary.from_list(
-            [f for f in t.stack if not str(Path(f.filename).resolve()).startswith(harness)])
+            [f for f in t.stack if not (f.filename.startswith("<frozen importlib")
+                                        or str(Path(f.filename).resolve()).startswith(harness))])
     lines = "".join(te.format()).splitlines()
     if len(lines) > _MAX_TRACE_LINES:
         lines = lines[:5] + ["  ..."] + lines[-(_MAX_TRACE_LINES - 6):]
@@ -190,6 +193,10 @@ class CandidateRole(_Role):
         from ..problem import import_file
 
         path = Path(msg["candidate_path"])
+        global _GUARD
+        _GUARD = ImportGuard(msg.get("forbidden_imports", []), str(path))
+        _GUARD.install()
+        _SNAPSHOT.watch_import_hooks()  # replacing the guard is then a flag too
         module = import_file(path, "candidate")
         sys.modules["candidate"] = module
         cls = getattr(module, "ModelNew", None) or getattr(module, "Model", None)
@@ -274,7 +281,7 @@ def _serve(channel: Channel) -> int:
                 raise
             kind = "compile_error" if _is_compile_error(exc) else "runtime_error"
             reply = {"ok": False, "error": kind, "message": _format_exception(exc)}
-        reply["integrity"] = _SNAPSHOT.violations()
+        reply["integrity"] = _SNAPSHOT.violations() + (_GUARD.violations if _GUARD else [])
         channel.send(reply)
 
 
