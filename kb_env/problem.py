@@ -73,11 +73,13 @@ class Forbidden(_Strict):
 
 
 class Limits(_Strict):
-    """Wall-clock limits (seconds) for one candidate: loading it (imports, kernel compilation on
-    first call) and running correctness plus timing."""
+    """Limits for one candidate: wall-clock seconds for loading it (imports, kernel compilation
+    on first call) and for running correctness plus timing; the largest file its worker may
+    write, its captured stdout included (past it, writes fail with "File too large")."""
 
     load_s: float = Field(default=120, gt=0)
     run_s: float = Field(default=120, gt=0)
+    max_file_mb: int = Field(default=2048, ge=1)
 
 
 class Timing(_Strict):

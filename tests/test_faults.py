@@ -137,3 +137,18 @@ def test_rewriting_problem_files_is_flagged_and_stops_the_evaluator(tmp_path, so
     assert "modified_harness_files" in info["flags"] and info["error"] == "integrity" and reward == 0.0
     with pytest.raises(HarnessError, match="changed on disk"):
         env.step(softmax_solution)
+
+
+def test_flooding_stdout_is_bounded(softmax_solution):
+    from kb_env.env import KernelBenchEnv
+    from kb_env.problem import get_problem
+
+    spec = get_problem("softmax")
+    small = spec.model_copy(update={"limits": spec.limits.model_copy(update={"max_file_mb": 8})})
+    e = KernelBenchEnv(small, device="cpu", max_turns=2)
+    e.reset(seed=0)
+    _, _, _, _, info = e.step(candidate("flood_stdout"))
+    assert not info["correct"] and info["error"] == "runtime_error"
+    assert "File too large" in info["result"]["message"]
+    assert len(info["result"]["candidate_output"]) <= 4000  # only the tail reaches the agent
+    _good_step_still_works(e, softmax_solution)

@@ -146,7 +146,7 @@ class Evaluator:
         cand_path.write_text(source)
         budget = _Budget(self.timeout_s)
         ref = WorkerProcess("reference", self.mode, tmp / "reference")
-        cand = WorkerProcess("candidate", self.mode, cand_dir)
+        cand = WorkerProcess("candidate", self.mode, cand_dir, max_file_bytes=self.spec.limits.max_file_mb << 20)
         try:
             common = {"op": "setup", "mode": self.mode, "problem_dir": str(self.spec.folder),
                       "reference_source": self.reference_source}

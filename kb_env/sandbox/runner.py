@@ -60,7 +60,7 @@ def worker_env(mode: str, workdir: Path) -> dict[str, str]:
 class WorkerProcess:
     """A spawned `kb_env.sandbox.worker` with a pipe pair only it and the harness hold."""
 
-    def __init__(self, role: str, mode: str, workdir: Path):
+    def __init__(self, role: str, mode: str, workdir: Path, max_file_bytes: int | None = None):
         self.role = role
         workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / f"{role}.log"
@@ -68,7 +68,8 @@ class WorkerProcess:
         from_child_r, from_child_w = os.pipe()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kb_env.sandbox.worker", str(to_child_r), str(from_child_w)],
+                [sys.executable, "-m", "kb_env.sandbox.worker", str(to_child_r), str(from_child_w),
+                 str(max_file_bytes or 0)],
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=workdir, env=worker_env(mode, workdir), start_new_session=True,

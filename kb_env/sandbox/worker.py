@@ -286,7 +286,11 @@ def _serve(channel: Channel) -> int:
 
 
 def main(argv: list[str]) -> int:
+    """argv: READ_FD WRITE_FD [MAX_FILE_BYTES (0: no limit)]."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfaulting candidate leaves no core file
+    max_file = int(argv[3]) if len(argv) > 3 else 0
+    if max_file > 0:  # bounds the captured stdout too; Python turns the signal into OSError EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file, max_file))
     channel = Channel(int(argv[1]), int(argv[2]))
     return _serve(channel)
 
