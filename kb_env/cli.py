@@ -1,4 +1,4 @@
-"""The `kb` command: `kb list`, `kb eval PROBLEM FILE`.
+"""The `kb` command: `kb list`, `kb eval PROBLEM FILE`, `kb audit FILE --problem P`.
 
 Bad input (unknown problem, missing file, a file that is not Python or defines no model)
 gets one line on stderr and exit status 2; an evaluated candidate prints its report and exits
@@ -44,11 +44,11 @@ def _read_candidate(path: str) -> str:
         raise CLIError(f"{path}: not a text file (expected Python source)") from None
 
 
-def _cmd_eval(args: argparse.Namespace) -> int:
+def _run_evaluation(args: argparse.Namespace):
+    """Evaluate args.file on args.problem as the eval and audit commands both do."""
     from .env import resolve_device
     from .evaluate.evaluator import Evaluator, HarnessError
     from .evaluate.static import check_source
-    from .feedback import render
     from .problem import ProblemError, get_problem
 
     try:
@@ -76,6 +76,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
             print("\r\033[K", end="", file=sys.stderr)
     except HarnessError as exc:
         raise CLIError(f"the harness failed (not the candidate's fault): {str(exc).splitlines()[0]}") from None
+    return result
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from .feedback import render
+
+    result = _run_evaluation(args)
     if args.json:
         print(result.model_dump_json(indent=2))
     else:
@@ -84,6 +91,26 @@ def _cmd_eval(args: argparse.Namespace) -> int:
         print(render(result))
         print(f"\nreward (default): {get_reward('default')(result):.3f}   wall time: {result.wall_s:.1f} s")
     return 0 if result.correct and not result.flags else 1
+
+
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from .audit import render, verdicts
+
+    result = _run_evaluation(args)
+    if args.json:
+        print(json.dumps({"verdicts": [v.model_dump() for v in verdicts(result)], "flags": result.flags,
+                          "correct": result.correct, "error": result.error.value if result.error else None}, indent=2))
+    else:
+        print(render(result))
+    return 0 if result.correct and not result.flags else 1
+
+
+def _evaluation_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="cuda, cpu (Triton interpreter, small shapes), or auto (default)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds for the whole evaluation")
+    p.add_argument("--seed", type=int, default=None, help="fix the input seeds (default: secret and random)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,12 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="evaluate one candidate file on one problem")
     p.add_argument("problem", help="problem name (see `kb list`)")
     p.add_argument("file", help="candidate source: a Python file defining ModelNew")
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
-                   help="cuda, cpu (Triton interpreter, small shapes), or auto (default)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds for the whole evaluation")
-    p.add_argument("--seed", type=int, default=None, help="fix the input seeds (default: secret and random)")
-    p.add_argument("--json", action="store_true", help="print the EvalResult as JSON")
+    _evaluation_args(p)
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("audit", help="run the trust checks on a candidate file and print a verdict per check")
+    p.add_argument("file", help="candidate source: a Python file defining ModelNew")
+    p.add_argument("--problem", required=True, help="problem name (see `kb list`)")
+    _evaluation_args(p)
+    p.set_defaults(func=_cmd_audit)
     return parser
 
 

@@ -63,6 +63,8 @@ def step_info(result: EvalResult) -> dict[str, Any]:
         "flags": list(result.flags),
         "mode": result.mode,
         "timing_meaningful": result.timing_meaningful,
+        "own_kernel_share": result.own_kernel_share,
+        "kernel_launches": result.kernel_launches,
         "result": result.model_dump(mode="json"),
     }
 
@@ -74,7 +76,7 @@ class KernelBenchEnv(gym.Env):
 
     def __init__(self, problem: str | ProblemSpec, device: str = "auto", max_turns: int = 4,
                  reward: str | Callable[..., float] = "default", timeout_s: float | None = None,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, profile: bool = True):
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, not {max_turns}")
         if render_mode not in (None, "ansi"):
@@ -84,7 +86,7 @@ class KernelBenchEnv(gym.Env):
         self.max_turns = max_turns
         self.reward_fn = get_reward(reward)
         self.render_mode = render_mode
-        self.evaluator = Evaluator(self.spec_problem, self.mode, timeout_s)
+        self.evaluator = Evaluator(self.spec_problem, self.mode, timeout_s, profile=profile)
         self.reference = self.spec_problem.reference_source()
         self.observation_space = spaces.Dict({
             "reference": SourceText(MAX_TEXT),

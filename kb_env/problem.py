@@ -58,15 +58,22 @@ class Tolerance(_Strict):
 class Forbidden(_Strict):
     """What a candidate may not use. `imports` are module names (a prefix match: ``torch.nn.functional``
     forbids its submodules too); `torch_ops` are ATen overload packets as the dispatcher names them
-    (``aten::_softmax``)."""
+    (``aten::_softmax``). `allowed_torch_ops`, when given, is an allowlist: a torch compute op that is
+    neither in it nor a structural op (allocation, views, copies; see `oprules`) is flagged too.
+    On a GPU the profiler decides the rest: at least `min_own_share` of the call's kernel time must be
+    in the candidate's own kernels (not torch's or a vendor library's), and at most `max_launches`
+    kernels may run per call (CUDA-graph replays counted kernel by kernel)."""
 
     imports: list[str] = Field(default_factory=list)
     torch_ops: list[str] = Field(default_factory=list)
+    allowed_torch_ops: list[str] | None = None
+    min_own_share: float = Field(default=0.5, ge=0, le=1)
+    max_launches: int | None = Field(default=None, ge=1)
 
-    @field_validator("torch_ops")
+    @field_validator("torch_ops", "allowed_torch_ops")
     @classmethod
-    def _aten_names(cls, ops: list[str]) -> list[str]:
-        for op in ops:
+    def _aten_names(cls, ops: list[str] | None) -> list[str] | None:
+        for op in ops or []:
             if "::" not in op:
                 raise ValueError(f"torch op {op!r} must be namespaced, e.g. 'aten::_softmax'")
         return ops
@@ -75,17 +82,22 @@ class Forbidden(_Strict):
 class Limits(_Strict):
     """Limits for one candidate: wall-clock seconds for loading it (imports, kernel compilation
     on first call) and for running correctness plus timing; the largest file its worker may
-    write, its captured stdout included (past it, writes fail with "File too large")."""
+    write, its captured stdout included (past it, writes fail with "File too large"); the
+    candidate worker's resident memory, its children included (past it, the worker is killed
+    and the candidate crashed)."""
 
     load_s: float = Field(default=120, gt=0)
     run_s: float = Field(default=120, gt=0)
     max_file_mb: int = Field(default=2048, ge=1)
+    max_memory_mb: int = Field(default=16384, ge=64)
 
 
 class Timing(_Strict):
     """How a GPU time is measured: `warmup` untimed calls, then `rounds` interleaved rounds of
-    `reps` timed calls each (baseline and candidate alternate), rotating over `input_sets`
-    independently seeded inputs, with the L2 flushed before every call."""
+    `reps` timed calls each (baseline and candidate alternate), with the L2 flushed before every
+    call. Every call gets freshly drawn inputs (new content, so no cache keyed on pointers,
+    versions or contents can hit); the outputs of the last `input_sets` calls of a shape are
+    checked against the reference."""
 
     warmup: int = Field(default=10, ge=1)
     reps: int = Field(default=50, ge=3)
@@ -127,6 +139,10 @@ class ProblemSpec(_Strict):
     baseline: BaselineKind = BaselineKind.eager
     limits: Limits = Field(default_factory=Limits)
     timing: Timing = Field(default_factory=Timing)
+    stress_scales: list[float] = Field(
+        default_factory=list,
+        description="extra correctness cases: the floating inputs of the first seed times each factor "
+                    "(catches kernels fitted to the input distribution, e.g. a softmax without max-subtraction)")
 
     # Set by the loader, not written in the yaml.
     folder: Path = Field(default=Path("."), exclude=True)

@@ -165,3 +165,29 @@ def test_eval_json_output_parses_into_eval_result():
     assert result.correct and result.compiled and result.error is None and result.flags == []
     assert result.timing_meaningful is False
     assert result.checks and all(c.ok for c in result.checks)
+
+
+@requires_cpu_mode
+def test_audit_names_the_broken_rule_and_exits_1(capsys):
+    torch_softmax = REPO / "tests" / "candidates" / "torch_softmax.py"
+    code, out, _ = run_main(capsys, "audit", str(torch_softmax), "--problem", "softmax", "--device", "cpu")
+    assert code == 1
+    verdict = {line.split()[1]: line.split()[0] for line in out.splitlines()[1:-1] if line.strip()}
+    assert verdict["torch"] == "FAIL" and verdict["runs"] == "pass" and verdict["kernels"] == "skip"
+    assert "forbidden_op:aten::_softmax" in out and out.rstrip().endswith("verdict: FLAGGED")
+
+
+@requires_cpu_mode
+def test_audit_of_the_known_good_solution_is_clean_as_json(capsys):
+    code, out, _ = run_main(capsys, "audit", str(SOLUTION), "--problem", "softmax", "--device", "cpu", "--json")
+    assert code == 0
+    report = json.loads(out)
+    assert report["flags"] == [] and report["correct"]
+    assert {v["check"]: v["status"] for v in report["verdicts"]}["outputs"] == "pass"
+
+
+def test_audit_needs_a_problem(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["audit", str(SOLUTION)])
+    assert exc.value.code == 2
+    assert "--problem" in capsys.readouterr().err

@@ -16,7 +16,7 @@ def test_progress_reports_each_stage_in_order(softmax_solution):
     stages: list[str] = []
     result = Evaluator(spec, "cpu", progress=stages.append).evaluate(softmax_solution, salt=5)
     assert result.correct
-    n_cases = len(spec.shapes.cpu) * len(spec.seeds)
+    n_cases = len(spec.shapes.cpu) * (len(spec.seeds) + len(spec.stress_scales))
     assert stages[0] == "reference outputs" and stages[1] == "loading the candidate"
     assert [s for s in stages if s.startswith("correctness")][-1].startswith(f"correctness {n_cases}/{n_cases}")
     assert sum(s.startswith("timing") for s in stages) == len(spec.shapes.cpu)

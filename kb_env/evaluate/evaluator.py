@@ -23,6 +23,8 @@ from ..hardware import lookup
 from ..problem import Interface, ProblemSpec
 from ..sandbox.runner import ProtocolViolation, WorkerDied, WorkerProcess, WorkerTimeout
 from .filewatch import changed_files, tree_digest
+from .kernels import analyze
+from .oprules import op_flags
 from .result import CaseCheck, DeviceInfo, ErrorKind, EvalResult, Mismatch, Samples, ShapeTiming, geomean
 from .roofline import peak_fraction
 from .static import check_source
@@ -91,10 +93,12 @@ class _Budget:
 
 
 class Evaluator:
-    """Evaluates candidates for one problem in one mode ("cuda" or "cpu")."""
+    """Evaluates candidates for one problem in one mode ("cuda" or "cpu"). With `profile` (the
+    default) a correct candidate's call is profiled once per shape on a GPU: the kernel table
+    in the feedback, and the kernel checks (own share, launch cap, side streams, late work)."""
 
     def __init__(self, spec: ProblemSpec, mode: str, timeout_s: float | None = None,
-                 progress: Callable[[str], None] | None = None):
+                 progress: Callable[[str], None] | None = None, profile: bool = True):
         if mode not in ("cuda", "cpu"):
             raise ValueError(f"mode must be 'cuda' or 'cpu', not {mode!r}")
         if spec.interface is not Interface.forward:
@@ -103,6 +107,7 @@ class Evaluator:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
         self.spec = spec
         self.mode = mode
+        self.profile = profile
         self.timeout_s = timeout_s if timeout_s is not None else spec.limits.load_s + spec.limits.run_s
         self.progress = progress or (lambda stage: None)
         # Problem code is read once and sent to the workers as text; trusted files are watched.
@@ -146,7 +151,8 @@ class Evaluator:
         cand_path.write_text(source)
         budget = _Budget(self.timeout_s)
         ref = WorkerProcess("reference", self.mode, tmp / "reference")
-        cand = WorkerProcess("candidate", self.mode, cand_dir, max_file_bytes=self.spec.limits.max_file_mb << 20)
+        cand = WorkerProcess("candidate", self.mode, cand_dir, max_file_bytes=self.spec.limits.max_file_mb << 20,
+                             max_memory_bytes=self.spec.limits.max_memory_mb << 20)
         try:
             common = {"op": "setup", "mode": self.mode, "problem_dir": str(self.spec.folder),
                       "reference_source": self.reference_source}
@@ -195,12 +201,22 @@ class Evaluator:
         shapes = spec.shapes_for(self.mode)
         param_seed = derive_seed(salt, "params")
         timing = spec.timing.model_dump() if self.mode == "cuda" else dict(CPU_TIMING)
+        # Every grading seed after a shape's first is written into the previous call's tensors.
         cases = [{"id": f"g{si}.{k}", "kind": "grading", "shape": shape, "shape_index": si, "seed_index": k,
-                  "seed": derive_seed(salt, f"grading:{seed}"), "param_seed": param_seed}
+                  "seed": derive_seed(salt, f"grading:{seed}"), "param_seed": param_seed, "in_place": k > 0}
                  for si, shape in enumerate(shapes) for k, seed in enumerate(spec.seeds)]
+        cases += [{"id": f"s{si}.{k}", "kind": "stress", "shape": shape, "shape_index": si, "seed_index": k,
+                   "seed": derive_seed(salt, f"stress:{k}"), "param_seed": param_seed, "scale": scale}
+                  for si, shape in enumerate(shapes) for k, scale in enumerate(spec.stress_scales)]
+        # A fresh seed for every timed call; the last `input_sets` calls of a shape are checked.
+        calls = {(si, r): [derive_seed(salt, f"timing:{si}:{r}:{i}")
+                           for i in range(timing["reps"] + (timing["warmup"] if r == 0 else min(2, timing["warmup"])))]
+                 for si in range(len(shapes)) for r in range(timing["rounds"])}
+        keep = min(timing["input_sets"], timing["reps"])
         timed = [{"id": f"t{si}.{j}", "kind": "timing", "shape": shape, "shape_index": si, "seed_index": j,
-                  "seed": derive_seed(salt, f"timing:{si}:{j}"), "param_seed": param_seed}
-                 for si, shape in enumerate(shapes) for j in range(timing["input_sets"])]
+                  "seed": seed, "param_seed": param_seed}
+                 for si, shape in enumerate(shapes)
+                 for j, seed in enumerate(calls[(si, timing["rounds"] - 1)][-keep:])]
         self.progress("reference outputs")
         self._ref(ref, {"op": "reference_outputs", "cases": cases + timed})
 
@@ -227,7 +243,9 @@ class Evaluator:
                 self._finish(res, flags, ops)
                 return
         res.correct = True
-        self._time(ref, cand, budget, shapes, timed, timing, param_seed, res, flags)
+        self._time(ref, cand, budget, shapes, calls, timed, timing, param_seed, res, flags)
+        if res.correct and self.mode == "cuda" and self.profile:
+            self._profile(cand, budget, shapes, param_seed, salt, res, flags)
         self._finish(res, flags, ops)
 
     def _check(self, ref: WorkerProcess, case: dict[str, Any], outputs: list, res: EvalResult) -> bool:
@@ -239,32 +257,33 @@ class Evaluator:
         if not chk["passed"]:
             res.correct = False
             res.error = ErrorKind.mismatch
-            where = "a timed call's output" if case["kind"] == "timing" else "output"
+            where = {"timing": "a timed call's output", "stress": f"output on inputs scaled by {case.get('scale')}"
+                     }.get(case["kind"], "output")
             res.message = f"{where} differs from the reference on shape {_fmt_shape(case['shape'])}: {mismatch.message}"
         return bool(chk["passed"])
 
     def _time(self, ref: WorkerProcess, cand: WorkerProcess, budget: _Budget, shapes: list[dict[str, int]],
-              timed: list[dict[str, Any]], timing: dict[str, int], param_seed: int, res: EvalResult,
-              flags: set[str]) -> None:
+              calls: dict[tuple[int, int], list[int]], timed: list[dict[str, Any]], timing: dict[str, int],
+              param_seed: int, res: EvalResult, flags: set[str]) -> None:
         gpu = lookup(res.device.name) if res.device and self.mode == "cuda" else None
         timings: list[ShapeTiming] = []
         for si, shape in enumerate(shapes):
             self.progress(f"timing {si + 1}/{len(shapes)} ({_fmt_shape(shape)})")
             sets = [c for c in timed if c["shape_index"] == si]
-            base = {"op": "time", "shape": shape, "param_seed": param_seed, "seeds": [c["seed"] for c in sets]}
+            base = {"op": "time", "shape": shape, "param_seed": param_seed, "keep": len(sets)}
             cand_ms: list[float] = []
             base_ms: list[float] = []
             walls: list[float] = []
-            last_reply: dict[str, Any] = {}
             for r in range(timing["rounds"]):
-                warm = timing["warmup"] if r == 0 else min(2, timing["warmup"])
-                last = r == timing["rounds"] - 1
-                req = {**base, "warmup": warm, "reps": timing["reps"]}
-                base_ms += self._ref(ref, req)["times_ms"]
+                seeds = calls[(si, r)]
+                warm = len(seeds) - timing["reps"]
+                req = {**base, "seeds": seeds, "warmup": warm}
+                base_ms += self._ref(ref, {**req, "keep": 0})["times_ms"]
                 t0 = time.perf_counter()
-                reply = cand.request({**req, "return_outputs": last}, budget.left())
-                walls.append((time.perf_counter() - t0) * 1e3 / (timing["reps"] + warm))
+                reply = cand.request(req, budget.left())
+                walls.append((time.perf_counter() - t0) * 1e3 / len(seeds))
                 flags.update(_str_list(reply.get("integrity")))
+                flags.update(_str_list(reply.get("flags")))
                 if not reply.get("ok"):
                     self._fail(res, reply, flags)
                     res.correct = False
@@ -274,8 +293,9 @@ class Evaluator:
                     flags.add("timer_implausible")
                     times = walls[-1:] * timing["reps"]  # the harness's own clock is all that is left
                 cand_ms += times
-                last_reply = reply
-            outputs = last_reply.get("outputs")
+            reply = cand.request({"op": "outputs"}, budget.left())  # the last round's kept outputs
+            flags.update(_str_list(reply.get("integrity")))
+            outputs = reply.get("outputs")
             if not isinstance(outputs, list) or len(outputs) != len(sets):
                 raise ProtocolViolation(f"sent {type(outputs).__name__} for the timed outputs")
             for case, outs in zip(sets, outputs):
@@ -307,12 +327,36 @@ class Evaluator:
         far under it means the candidate's timer reports are not real."""
         reps = 20
         t0 = time.perf_counter()
-        cand.request({**base, "warmup": 0, "reps": reps, "flush_only": True}, budget.left())
+        cand.request({**base, "seeds": list(range(reps)), "warmup": 0, "keep": 0, "flush_only": True}, budget.left())
         flush_ms = (time.perf_counter() - t0) * 1e3 / reps
         wall = min(walls[1:] or walls) - flush_ms
         if wall > WALL_CHECK_MIN_MS and samples.median_ms < WALL_CHECK_FRACTION * wall:
             flags.add("timer_implausible")
         return wall
+
+    def _profile(self, cand: WorkerProcess, budget: _Budget, shapes: list[dict[str, int]], param_seed: int, salt: int,
+                 res: EvalResult, flags: set[str]) -> None:
+        """One call per shape under the profiler: whose kernels ran, and whether work escaped the timer."""
+        gpu = lookup(res.device.name) if res.device else None
+        for si, shape in enumerate(shapes):
+            self.progress(f"profiling {si + 1}/{len(shapes)}")
+            reply = cand.request({"op": "profile", "shape": shape, "param_seed": param_seed,
+                                  "seed": derive_seed(salt, f"profile:{si}")}, budget.left())
+            flags.update(_str_list(reply.get("integrity")))
+            flags.update(_str_list(reply.get("flags")))
+            records = reply.get("kernels") if reply.get("ok") else None
+            if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+                flags.add("profile_failed")
+                res.message = str(reply.get("message", "the profiled call failed"))[:MAX_MESSAGE_CHARS]
+                return
+            try:
+                report, found = analyze(records, self.spec.forbidden, self.spec.flops_of(shape), self.spec.bytes_of(shape),
+                                        gpu, self.spec.compute_dtype)
+            except (KeyError, TypeError, ValueError) as exc:
+                raise ProtocolViolation(f"malformed kernel records: {exc}") from None
+            flags.update(found)
+            if si < len(res.timings):
+                res.timings[si].kernels = report
 
     # ----- outcomes ----------------------------------------------------------------------
     def _fail(self, res: EvalResult, reply: dict[str, Any], flags: set[str], ops: set[str] | None = None,
@@ -330,7 +374,7 @@ class Evaluator:
 
     def _finish(self, res: EvalResult, flags: set[str], ops: set[str]) -> None:
         res.torch_ops = sorted(ops)
-        flags |= {f"forbidden_op:{op}" for op in ops if op in set(self.spec.forbidden.torch_ops)}
+        flags.update(op_flags(ops, self.spec.forbidden))
         res.flags = sorted(flags)
         if res.flags and res.error is None:
             res.error = ErrorKind.integrity

@@ -71,6 +71,28 @@ class Samples(_Model):
         return cls(median_ms=q(0.5), p25_ms=q(0.25), p75_ms=q(0.75), min_ms=xs[0], n=len(xs))
 
 
+class KernelRow(_Model):
+    name: str
+    launches: int
+    total_us: float
+    share: float = Field(description="of the call's kernel time")
+    own: bool
+
+
+class KernelReport(_Model):
+    """What one profiled call launched (the feedback table and `info`)."""
+
+    launches: int
+    total_us: float
+    own_share: float = Field(description="share of kernel time in the candidate's own kernels")
+    rows: list[KernelRow] = Field(description="the top kernels by time")
+    late_kernels: int = Field(0, description="kernels that ran after the call returned or on unjoined streams")
+    achieved_gbps: float | None = None
+    achieved_tflops: float | None = None
+    peak_gbps: float | None = None
+    peak_tflops: float | None = None
+
+
 class ShapeTiming(_Model):
     shape: dict[str, int]
     candidate: Samples
@@ -82,6 +104,7 @@ class ShapeTiming(_Model):
     regime: str | None = Field(default=None, description="'memory-bound' or 'compute-bound' on this GPU")
     peak_fraction: float | None = Field(default=None, description="roofline time over measured time")
     wall_check_ms: float | None = Field(default=None, description="harness wall clock per call, for the timer check")
+    kernels: KernelReport | None = Field(default=None, description="what one profiled call launched (CUDA mode)")
 
 
 class DeviceInfo(_Model):
@@ -122,6 +145,18 @@ class EvalResult(_Model):
     device: DeviceInfo | None = None
     candidate_output: str = Field(default="", description="tail of what the candidate printed")
     wall_s: float = 0.0
+
+    @property
+    def own_kernel_share(self) -> float | None:
+        """The smallest share of kernel time in the candidate's own kernels over the profiled shapes."""
+        shares = [t.kernels.own_share for t in self.timings if t.kernels is not None]
+        return min(shares) if shares else None
+
+    @property
+    def kernel_launches(self) -> int | None:
+        """The most kernel launches one call made over the profiled shapes."""
+        counts = [t.kernels.launches for t in self.timings if t.kernels is not None]
+        return max(counts) if counts else None
 
     @property
     def first_mismatch(self) -> Mismatch | None:

@@ -3,24 +3,35 @@ and a check that reports (as short flag names) anything the candidate replaced o
 
 from __future__ import annotations
 
+import threading
 import time
 
 import torch
+import torch.nn.init
+import torch.profiler
 
 
 def _harness_targets() -> dict[str, tuple[object, str]]:
     """The harness's own functions inside the worker: a candidate can import these modules too."""
-    from . import cases, oprecord, protocol, timing
+    from . import cases, kprofile, l2guard, oprecord, protocol, reaper, timing
 
     out: dict[str, tuple[object, str]] = {}
     for module, names in ((timing, ["_perf_counter", "_zero", "_Event", "_record", "_elapsed", "_sync",
                                     "time_cuda", "time_cpu", "l2_flush_buffer"]),
-                          (cases, ["make_inputs", "make_reference_model", "as_output_list", "describe_output_problem"]),
+                          (cases, ["make_inputs", "make_reference_model", "as_output_list", "describe_output_problem",
+                                   "rewrite_in_place"]),
+                          (kprofile, ["profile_call", "kernel_records", "profile", "record_function", "_sync", "_zero"]),
+                          (l2guard, ["persisting_state", "reset", "violated"]),
+                          (reaper, ["kill_children", "children", "stat_of", "kill_tree", "reap"]),
                           (protocol, ["_encode", "Channel"])):
         for name in names:
             out[f"{module.__name__}.{name}"] = (module, name)
     out["kb_env.sandbox.protocol.Channel.send"] = (protocol.Channel, "send")
     out["kb_env.sandbox.oprecord.OpRecorder.__torch_dispatch__"] = (oprecord.OpRecorder, "__torch_dispatch__")
+    out["kb_env.sandbox.oprecord.OpRecorder.__exit__"] = (oprecord.OpRecorder, "__exit__")
+    out["torch._C._pop_torch_dispatch_stack"] = (torch._C, "_pop_torch_dispatch_stack")
+    import torch.utils._python_dispatch as pd
+    out["torch.utils._python_dispatch._pop_torch_dispatch_stack"] = (pd, "_pop_torch_dispatch_stack")
     return out
 
 
@@ -37,7 +48,15 @@ def _targets() -> dict[str, tuple[object, str]]:
         "torch.cuda.Event.record": (torch.cuda.Event, "record"),
         "torch.cuda.Event.elapsed_time": (torch.cuda.Event, "elapsed_time"),
         "torch.cuda.Event.synchronize": (torch.cuda.Event, "synchronize"),
+        "threading.enumerate": (threading, "enumerate"),
+        "torch.profiler.profile.export_chrome_trace": (torch.profiler.profile, "export_chrome_trace"),
+        "torch.profiler.profile.__exit__": (torch.profiler.profile, "__exit__"),
     }
+    # The candidate's weights are drawn in its own process: a replaced init would change them.
+    for name in dir(torch.nn.init):
+        fn = getattr(torch.nn.init, name)
+        if callable(fn) and not name.startswith("_") and getattr(fn, "__module__", "") == "torch.nn.init":
+            targets[f"torch.nn.init.{name}"] = (torch.nn.init, name)
     return targets | _harness_targets()
 
 

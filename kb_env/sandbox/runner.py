@@ -2,11 +2,17 @@
 requests with a deadline, and kill it (and anything it started) when done or overdue.
 
 The worker's stdout and stderr go to a log file that is shown to the agent as the candidate's
-output; results only ever arrive over the channel."""
+output; results only ever arrive over the channel.
+
+Resources: an optional watchdog (`memwatch`) kills the worker when it and its children hold
+more resident memory than allowed. When a worker ends, every process it started is killed and
+reaped (`reaper`): its descendant tree, its process group, and the orphans marked with its
+token that were reparented to this process (a child subreaper)."""
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -16,6 +22,8 @@ from typing import Any
 
 import kb_env
 
+from . import reaper
+from .memwatch import MemoryWatch
 from .protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError
 
 _PASS_ENV_PREFIXES = ("CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "LC_", "OMP_", "MKL_", "OPENBLAS_", "RAY_")
@@ -58,12 +66,22 @@ def worker_env(mode: str, workdir: Path) -> dict[str, str]:
 
 
 class WorkerProcess:
-    """A spawned `kb_env.sandbox.worker` with a pipe pair only it and the harness hold."""
+    """A spawned `kb_env.sandbox.worker` with a pipe pair only it and the harness hold.
 
-    def __init__(self, role: str, mode: str, workdir: Path, max_file_bytes: int | None = None):
+    `max_file_bytes` bounds each file it writes; `max_memory_bytes` the resident memory of it
+    and its children together (a watchdog kills it past that, and `WorkerDied` says so). Its
+    environment carries a random token (`reaper.TOKEN_VAR`) that marks the processes it starts."""
+
+    def __init__(self, role: str, mode: str, workdir: Path, max_file_bytes: int | None = None,
+                 max_memory_bytes: int | None = None):
         self.role = role
         workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / f"{role}.log"
+        reaper.become_subreaper()  # orphans of what the worker starts come back here, to be killed
+        self.token = secrets.token_hex(16)
+        env = worker_env(mode, workdir) | {reaper.TOKEN_VAR: self.token}
+        if role == "candidate":  # Inductor's persistent compile pool would be a leftover process
+            env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         with open(self.log_path, "wb") as log:
@@ -72,12 +90,17 @@ class WorkerProcess:
                  str(max_file_bytes or 0)],
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=workdir, env=worker_env(mode, workdir), start_new_session=True,
+                cwd=workdir, env=env, start_new_session=True,
             )
         os.close(to_child_r)
         os.close(from_child_w)
         self.channel = Channel(from_child_r, to_child_w)
         self.started = time.monotonic()
+        self._killed: set[int] = set()  # killed, still to reap (all but the worker: Popen reaps it)
+        self._died_of: str | None = None  # why the harness killed it, where that was not a timeout
+        self._watch = (MemoryWatch(self.proc.pid, max_memory_bytes, self._over_memory, self._kill_all,
+                                   is_done=lambda: self.proc.returncode is not None)
+                       if max_memory_bytes else None)
 
     # ----- requests ------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
@@ -95,6 +118,8 @@ class WorkerProcess:
         except ChannelClosed:
             raise WorkerDied(self._how_it_died()) from None
         except ProtocolError as exc:
+            if self._died_of:  # killed in the middle of a message
+                raise WorkerDied(self._how_it_died()) from None
             self.kill()
             raise ProtocolViolation(f"malformed message: {exc}") from None
         if not isinstance(reply, dict):
@@ -107,6 +132,26 @@ class WorkerProcess:
         return self.recv(timeout)
 
     # ----- ending --------------------------------------------------------------------
+    def _over_memory(self, rss: int) -> None:
+        """The memory watchdog's verdict (on its thread): record why, then kill."""
+        self._died_of = (f"exceeded its memory limit ({self._watch.limit_bytes >> 20} MiB resident, "
+                         f"its child processes included; {rss >> 20} MiB seen)")
+        self._kill_all()
+
+    def _kill_all(self) -> None:
+        """SIGKILL the worker and what it started: its descendant tree (walked only while the
+        worker is unreaped, so its pid is nobody else's), the orphans reparented to this process
+        that carry its token or sit in its process group, then that group. What is killed here
+        is reaped by `kill`. Also the watchdog's answer to a worker that exited on its own: a
+        process it forked may hold the channel open, which would hold up the EOF till the deadline."""
+        if self.proc.returncode is None:
+            self._killed |= reaper.kill_tree(self.proc.pid)
+        self._killed |= reaper.kill_marked(self.token, self.proc.pid, exclude={self.proc.pid})
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def _how_it_died(self) -> str:
         try:
             code = self.proc.wait(timeout=5)
@@ -114,6 +159,8 @@ class WorkerProcess:
             self.kill()
             return "closed its channel and stopped answering"
         self.kill()  # anything it started
+        if self._died_of:
+            return self._died_of
         if code < 0:
             try:
                 name = signal.Signals(-code).name
@@ -123,15 +170,18 @@ class WorkerProcess:
         return f"exited with status {code} before answering"
 
     def kill(self) -> None:
-        """Kill the worker's whole process group (it runs in its own session)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        """Kill the worker and everything it started: its descendant tree, its process group (it
+        runs in its own session), and the orphans carrying its token that were reparented to
+        this process; reap them all. Safe to call more than once."""
+        if self._watch is not None:
+            self._watch.stop()
+        self._kill_all()
         try:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        reaper.reap(self._killed, skip={self.proc.pid})
+        self._killed.clear()
         self.channel.close()
 
     def close(self) -> None:

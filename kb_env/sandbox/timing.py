@@ -31,35 +31,45 @@ def l2_flush_buffer(device: str) -> torch.Tensor:
     return _flush_buffer
 
 
-def time_cuda(fn: Callable[..., Any], input_sets: list[list[Any]], warmup: int, reps: int,
-              device: str, call: bool = True) -> tuple[list[float], list[Any]]:
-    """Per-call times in ms and the last output produced for each input set. With `call=False`
-    only the flush is run and timed (the harness's own overhead, for the wall-clock check)."""
+def time_cuda(fn: Callable[..., Any], make: Callable[[int], list[Any]], seeds: list[int], warmup: int,
+              keep: int, device: str, call: bool = True) -> tuple[list[float], list[Any]]:
+    """Per-call times in ms of the calls after the first `warmup` (one call per seed, each on
+    inputs freshly drawn by `make(seed)`, so no two calls see the same content), and the
+    outputs of the last `keep` calls. With `call=False` the inputs are drawn and the L2 is
+    flushed but nothing is called (the harness's own overhead, for the wall-clock check)."""
     flush = l2_flush_buffer(device)
-    k = len(input_sets)
-    for i in range(warmup if call else 0):
-        fn(*input_sets[i % k])
+    for seed in seeds[:warmup] if call else ():
+        fn(*make(seed))
     _sync()
-    starts = [_Event(enable_timing=True) for _ in range(reps)]
-    ends = [_Event(enable_timing=True) for _ in range(reps)]
-    last: list[Any] = [None] * k
-    for i in range(reps):
+    timed = seeds[warmup:]
+    starts = [_Event(enable_timing=True) for _ in timed]
+    ends = [_Event(enable_timing=True) for _ in timed]
+    last: list[Any] = []
+    for i, seed in enumerate(timed):
+        inputs = make(seed)
         _zero(flush)
         _record(starts[i])
-        if call:
-            last[i % k] = fn(*input_sets[i % k])
+        out = fn(*inputs) if call else None
         _record(ends[i])
+        if i >= len(timed) - keep:
+            last.append(out)
+        del inputs, out
     _sync()
     return [_elapsed(s, e) for s, e in zip(starts, ends)], last
 
 
-def time_cpu(fn: Callable[..., Any], input_sets: list[list[Any]], warmup: int, reps: int) -> tuple[list[float], list[Any]]:
-    k = len(input_sets)
-    for i in range(warmup):
-        fn(*input_sets[i % k])
-    times, last = [], [None] * k
-    for i in range(reps):
+def time_cpu(fn: Callable[..., Any], make: Callable[[int], list[Any]], seeds: list[int], warmup: int,
+             keep: int) -> tuple[list[float], list[Any]]:
+    """The CPU-mode counterpart of `time_cuda` (wall clock per call; not meaningful as a kernel time)."""
+    for seed in seeds[:warmup]:
+        fn(*make(seed))
+    timed = seeds[warmup:]
+    times, last = [], []
+    for i, seed in enumerate(timed):
+        inputs = make(seed)
         t0 = _perf_counter()
-        last[i % k] = fn(*input_sets[i % k])
+        out = fn(*inputs)
         times.append((_perf_counter() - t0) * 1e3)
+        if i >= len(timed) - keep:
+            last.append(out)
     return times, last

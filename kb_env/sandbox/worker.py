@@ -15,23 +15,27 @@ from __future__ import annotations
 
 import resource
 import sys
+import threading
 import traceback
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from . import timing  # binds its timer functions now, before any candidate code exists
-from .cases import as_output_list, describe_output_problem, init_inputs, make_inputs, make_reference_model
+from . import kprofile, l2guard, timing  # bind what they call now, before any candidate code exists
+from .cases import (as_output_list, describe_output_problem, init_inputs, make_inputs, make_reference_model,
+                    rewrite_in_place)
 from .importguard import ImportGuard
 from .integrity import Snapshot
 from .oprecord import OpRecorder
 from .protocol import Channel, ChannelClosed
+from .reaper import become_subreaper, kill_children
 
 _SNAPSHOT = Snapshot()  # what the harness relies on, as it is before the candidate is imported
 _GUARD: ImportGuard | None = None  # installed just before the candidate is imported
 
 _MAX_TRACE_LINES = 40
+_enumerate_threads = threading.enumerate
 
 
 class CandidateLoadError(Exception):
@@ -85,10 +89,14 @@ class _Role:
         self.device = "cuda" if self.mode == "cuda" else "cpu"
         if self.mode == "cuda" and not torch.cuda.is_available():
             raise RuntimeError("CUDA mode was asked for but this worker sees no CUDA device")
+        if self.mode == "cuda":  # a context now, and no persisting-L2 set-aside (the driver's default has one)
+            torch.zeros(1, device="cuda")
+            l2guard.reset(torch.cuda.current_stream().cuda_stream)
         self.problem_dir = Path(msg["problem_dir"])
         self.reference = import_source(msg["reference_source"], "kb_reference", str(self.problem_dir / "reference.py"))
         self._models: dict[tuple, torch.nn.Module] = {}
-        self._input_sets: dict[tuple, list[list[Any]]] = {}
+        self._kept: list[Any] = []  # outputs of the last timed calls, until fetched
+        self._last_inputs: list[Any] = []  # the previous correctness call's inputs (in-place cases)
 
     def build(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
         raise NotImplementedError
@@ -97,30 +105,40 @@ class _Role:
         key = _shape_key(shape, param_seed)
         if key not in self._models:
             self._models.clear()  # one shape at a time keeps device memory bounded
-            self._input_sets.clear()
             self._models[key] = self.build(shape, param_seed)
         return self._models[key]
 
-    def inputs(self, shape: dict[str, int], seed: int) -> list[Any]:
-        return make_inputs(self.reference, shape, seed, self.device)
+    def inputs(self, shape: dict[str, int], seed: int, scale: float = 1.0) -> list[Any]:
+        return make_inputs(self.reference, shape, seed, self.device, scale)
+
+    def after_call_flags(self, threads_before: set[int]) -> list[str]:
+        """Flags for what a call left behind (the candidate role checks; the reference trusts)."""
+        return []
 
     def time(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Time one batch: a call per seed (the first `warmup` untimed), fresh inputs each call."""
         shape, param_seed = msg["shape"], msg["param_seed"]
         model = self.model(shape, param_seed)
-        key = (_shape_key(shape, param_seed), tuple(msg["seeds"]))
-        if key not in self._input_sets:
-            self._input_sets[key] = [self.inputs(shape, s) for s in msg["seeds"]]
-        sets = self._input_sets[key]
+
+        def make(seed: int) -> list[Any]:
+            return self.inputs(shape, seed)
+
+        self._last_inputs = []  # correctness is over: free its inputs before timing
+        threads = {t.ident for t in _enumerate_threads()}
         with torch.no_grad():
             if self.mode == "cuda":
-                times, last = timing.time_cuda(model, sets, msg["warmup"], msg["reps"], self.device,
+                l2guard.reset(torch.cuda.current_stream().cuda_stream)
+                times, last = timing.time_cuda(model, make, msg["seeds"], msg["warmup"], msg["keep"], self.device,
                                                call=not msg.get("flush_only", False))
             else:
-                times, last = timing.time_cpu(model, sets, msg["warmup"], msg["reps"])
-        reply: dict[str, Any] = {"ok": True, "times_ms": times}
-        if msg.get("return_outputs"):
-            reply["outputs"] = [as_output_list(o) for o in last]
-        return reply
+                times, last = timing.time_cpu(model, make, msg["seeds"], msg["warmup"], msg["keep"])
+        self._kept = last
+        return {"ok": True, "times_ms": times, "flags": self.after_call_flags(threads)}
+
+    def outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The outputs kept from the last timed batch (sent apart, so the transfer is not in its wall time)."""
+        kept, self._kept = self._kept, []
+        return {"ok": True, "outputs": [as_output_list(o) for o in kept]}
 
 
 class ReferenceRole(_Role):
@@ -153,7 +171,7 @@ class ReferenceRole(_Role):
             shape = case["shape"]
             ref = make_reference_model(self.reference, shape, case["param_seed"]).to(self.device).eval()
             with torch.no_grad():
-                out = as_output_list(ref(*self.inputs(shape, case["seed"])))
+                out = as_output_list(ref(*self.inputs(shape, case["seed"], case.get("scale", 1.0))))
             self.expected[case["id"]] = [o.detach() for o in out]
             del ref
         return {"ok": True}
@@ -204,6 +222,14 @@ class CandidateRole(_Role):
             raise CandidateLoadError("the candidate defines no ModelNew (or Model) class deriving from torch.nn.Module")
         self.cls = cls
 
+    def after_call_flags(self, threads_before: set[int]) -> list[str]:
+        flags = []
+        if any(t.is_alive() and t.ident not in threads_before for t in _enumerate_threads()):
+            flags.append("background_thread")
+        if self.mode == "cuda" and l2guard.violated(torch.cuda.current_stream().cuda_stream):
+            flags.append("l2_persistence")
+        return flags
+
     def build(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
         state = make_reference_model(self.reference, shape, param_seed).state_dict()
         args = init_inputs(self.reference, shape)
@@ -218,23 +244,38 @@ class CandidateRole(_Role):
         return model.to(self.device).eval()
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """One correctness call. A case marked `in_place` gets its inputs written into the previous
+        call's tensors (same storage), so a cache keyed on pointers or shapes returns stale data."""
         case = msg["case"]
         model = self.model(case["shape"], case["param_seed"])
-        inputs = self.inputs(case["shape"], case["seed"])
+        inputs = self.inputs(case["shape"], case["seed"], case.get("scale", 1.0))
+        if case.get("in_place"):
+            inputs = rewrite_in_place(self._last_inputs, inputs)
+        self._last_inputs = inputs
         recorder = OpRecorder()
+        threads = {t.ident for t in _enumerate_threads()}
         with torch.no_grad(), recorder:
             out = model(*inputs)
         if self.mode == "cuda":
             timing._sync()
+        flags = self.after_call_flags(threads) + ([] if recorder.intact else ["dispatch_mode_removed"])
         outs = as_output_list(out)
         for o in outs:
             problem = describe_output_problem(o, self.device)
             if problem:
-                flags = ["tensor_subclass"] if "subclass" in problem else []
+                flags += ["tensor_subclass"] if "subclass" in problem else []
                 return {"ok": False, "error": "mismatch", "message": problem, "ops": sorted(recorder.ops),
                         "output_flags": flags}
-        flags = [] if recorder.intact else ["dispatch_mode_removed"]
         return {"ok": True, "outputs": [o.detach() for o in outs], "ops": sorted(recorder.ops), "output_flags": flags}
+
+    def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Kernel records of one call under the profiler (CUDA mode; see `kprofile`)."""
+        shape = msg["shape"]
+        model = self.model(shape, msg["param_seed"])
+        threads = {t.ident for t in _enumerate_threads()}
+        with torch.no_grad():
+            records = kprofile.profile_call(model, self.inputs(shape, msg["seed"]), self.device)
+        return {"ok": True, "kernels": records, "flags": self.after_call_flags(threads)}
 
 
 def _nvidia_smi(device: str) -> dict[str, Any]:
@@ -271,7 +312,7 @@ def _serve(channel: Channel) -> int:
             elif role is None:
                 reply = {"ok": False, "error": "runtime_error", "message": f"{op!r} before setup"}
             else:
-                handler = getattr(role, op, None) if op in {"run", "time", "reference_outputs", "check"} else None
+                handler = getattr(role, op, None) if op in {"run", "time", "outputs", "profile", "reference_outputs", "check"} else None
                 if handler is None:
                     reply = {"ok": False, "error": "runtime_error", "message": f"unknown request {op!r}"}
                 else:
@@ -282,12 +323,15 @@ def _serve(channel: Channel) -> int:
             kind = "compile_error" if _is_compile_error(exc) else "runtime_error"
             reply = {"ok": False, "error": kind, "message": _format_exception(exc)}
         reply["integrity"] = _SNAPSHOT.violations() + (_GUARD.violations if _GUARD else [])
+        if _GUARD is not None and kill_children():  # a candidate worker: no process may outlive a request
+            reply["integrity"].append("leftover_process")
         channel.send(reply)
 
 
 def main(argv: list[str]) -> int:
     """argv: READ_FD WRITE_FD [MAX_FILE_BYTES (0: no limit)]."""
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfaulting candidate leaves no core file
+    become_subreaper()  # a candidate's double-forked daemon stays below this worker, to be found
     max_file = int(argv[3]) if len(argv) > 3 else 0
     if max_file > 0:  # bounds the captured stdout too; Python turns the signal into OSError EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_file, max_file))
