@@ -1,0 +1,31 @@
+"""Not writing a kernel: reaches numba at call time through importlib with a computed name
+(no import statement for the source check to see), falling back to a real kernel if that
+fails. The worker's import guard refuses it and flags forbidden_import:numba."""
+import importlib
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_rows(x_ptr, out_ptr, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=-float("inf"))
+    num = tl.exp(x - tl.max(x, axis=0))
+    tl.store(out_ptr + row * n_cols + cols, num / tl.sum(num, axis=0), mask=mask)
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        try:
+            importlib.import_module("num" + "ba")  # would jit a CPU/GPU kernel outside Triton
+        except ImportError:
+            pass
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        block = triton.next_power_of_2(x.shape[1])
+        _softmax_rows[(x.shape[0],)](x, out, x.shape[1], BLOCK=block, num_warps=4 if block <= 2048 else 16)
+        return out
