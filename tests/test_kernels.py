@@ -75,3 +75,21 @@ def test_op_rules_forbid_and_allowlist():
     ran = ["aten::empty_like", "aten::view", "aten::copy_", "aten::constant_pad_nd", "aten::_softmax", "aten::sigmoid"]
     assert op_flags(ran, rules) == ["forbidden_op:aten::_softmax", "unlisted_op:aten::sigmoid"]
     assert op_flags(ran, Forbidden(torch_ops=["aten::_softmax"])) == ["forbidden_op:aten::_softmax"]  # no allowlist
+
+
+def test_feedback_shows_the_kernel_table_and_the_rule_behind_each_flag():
+    from kb_env.evaluate.result import ErrorKind, EvalResult, Samples, ShapeTiming
+    from kb_env.feedback import render as feedback
+
+    report, flags = analyze([FENCE, rec("my_kernel", 100, 30), rec("ampere_sgemm", 130, 270, lib="aten::mm"), MARKER],
+                            Forbidden(), 1e9, 1e9, None, "float32")
+    samples = Samples.of([0.3, 0.31, 0.29])
+    timing = ShapeTiming(shape={"n": 8}, candidate=samples, baseline=samples, speedup=1.0, flops=1e9, bytes=1e9,
+                         arithmetic_intensity=1.0, kernels=report)
+    result = EvalResult(problem="softmax", mode="cuda", compiled=True, correct=True, error=ErrorKind.integrity,
+                        flags=flags + ["forbidden_op:aten::mm"], timings=[timing], timing_meaningful=True)
+    text = feedback(result)
+    assert "## profile (n=8)" in text and "my_kernel" in text and "library" in text
+    assert "- library_kernels: most of the GPU time was in torch or vendor-library kernels" in text
+    assert "- forbidden_op:aten::mm: the problem forbids this torch operator" in text
+    assert result.own_kernel_share == report.own_share and result.kernel_launches == 2
