@@ -90,6 +90,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
         print(render(result))
         print(f"\nreward (default): {get_reward('default')(result):.3f}   wall time: {result.wall_s:.1f} s")
+        if result.stage_s:
+            print("where the time went: " + ", ".join(f"{k} {v:.1f} s" for k, v in result.stage_s.items()))
     return 0 if result.correct and not result.flags else 1
 
 

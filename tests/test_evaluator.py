@@ -17,7 +17,11 @@ def test_progress_reports_each_stage_in_order(softmax_solution):
     result = Evaluator(spec, "cpu", progress=stages.append).evaluate(softmax_solution, salt=5)
     assert result.correct
     n_cases = len(spec.shapes.cpu) * (len(spec.seeds) + len(spec.stress_scales))
-    assert stages[0] == "reference outputs" and stages[1] == "loading the candidate"
+    assert stages[:3] == ["starting workers", "reference outputs", "loading the candidate"]
+    # every stage's wall time is kept, and together they account for the evaluation
+    assert set(result.stage_s) == {"starting", "reference", "loading", "correctness", "timing"}
+    assert all(v > 0 for v in result.stage_s.values())
+    assert 0.8 * result.wall_s <= sum(result.stage_s.values()) <= result.wall_s
     assert [s for s in stages if s.startswith("correctness")][-1].startswith(f"correctness {n_cases}/{n_cases}")
     assert sum(s.startswith("timing") for s in stages) == len(spec.shapes.cpu)
 

@@ -84,6 +84,29 @@ def _times(value: Any, reps: int) -> list[float] | None:
     return [float(v) for v in value]
 
 
+class _StageClock:
+    """Wall seconds per evaluation stage (the first word of each progress message), passing the
+    messages on: where an evaluation's time goes."""
+
+    def __init__(self, report: Callable[[str], None]):
+        self.report = report
+        self.seconds: dict[str, float] = {}
+        self._stage: str | None = None
+        self._since = time.monotonic()
+
+    def __call__(self, message: str) -> None:
+        self.stop()
+        self._stage = message.split()[0]
+        self.report(message)
+
+    def stop(self) -> dict[str, float]:
+        now = time.monotonic()
+        if self._stage is not None:
+            self.seconds[self._stage] = self.seconds.get(self._stage, 0.0) + now - self._since
+        self._stage, self._since = None, now
+        return self.seconds
+
+
 class _Budget:
     def __init__(self, seconds: float):
         self.deadline = time.monotonic() + seconds
@@ -109,7 +132,8 @@ class Evaluator:
         self.mode = mode
         self.profile = profile
         self.timeout_s = timeout_s if timeout_s is not None else spec.limits.load_s + spec.limits.run_s
-        self.progress = progress or (lambda stage: None)
+        self._report = progress or (lambda stage: None)
+        self.progress: Callable[[str], None] = self._report
         # Problem code is read once and sent to the workers as text; trusted files are watched.
         self.reference_source = spec.reference_source()
         self.baseline_source = spec.baseline_path.read_text() if spec.baseline_path else None
@@ -123,6 +147,8 @@ class Evaluator:
             raise HarnessError(f"trusted files changed on disk since this evaluator started ({', '.join(changed[:3])}); "
                                "restore them (reinstall kb_env) and start a new environment")
         started = time.monotonic()
+        stages = _StageClock(self._report)
+        self.progress = stages
         salt = secrets.randbits(63) if salt is None else salt
         res = EvalResult(problem=self.spec.name, mode=self.mode, baseline=self.spec.baseline.value,
                          timing_meaningful=False)
@@ -141,6 +167,7 @@ class Evaluator:
                 res.error = ErrorKind.integrity
                 res.message = "the candidate modified the problem's or the harness's files on disk"
         res.wall_s = time.monotonic() - started
+        res.stage_s = {k: round(v, 3) for k, v in stages.stop().items()}
         return res
 
     # ----- the two workers -------------------------------------------------------------
@@ -150,6 +177,7 @@ class Evaluator:
         cand_path = cand_dir / "candidate.py"
         cand_path.write_text(source)
         budget = _Budget(self.timeout_s)
+        self.progress("starting workers")
         ref = WorkerProcess("reference", self.mode, tmp / "reference")
         cand = WorkerProcess("candidate", self.mode, cand_dir, max_file_bytes=self.spec.limits.max_file_mb << 20,
                              max_memory_bytes=self.spec.limits.max_memory_mb << 20)

@@ -145,6 +145,8 @@ class EvalResult(_Model):
     device: DeviceInfo | None = None
     candidate_output: str = Field(default="", description="tail of what the candidate printed")
     wall_s: float = 0.0
+    stage_s: dict[str, float] = Field(default_factory=dict, description="wall seconds per stage: starting "
+                                      "(workers up, the reference set up), reference, loading, correctness, timing, profiling")
 
     @property
     def own_kernel_share(self) -> float | None:
