@@ -15,6 +15,7 @@ import hashlib
 import math
 import secrets
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -133,12 +134,16 @@ class Evaluator:
         self.profile = profile
         self.timeout_s = timeout_s if timeout_s is not None else spec.limits.load_s + spec.limits.run_s
         self._report = progress or (lambda stage: None)
-        self.progress: Callable[[str], None] = self._report
+        self._local = threading.local()
         # Problem code is read once and sent to the workers as text; trusted files are watched.
         self.reference_source = spec.reference_source()
         self.baseline_source = spec.baseline_path.read_text() if spec.baseline_path else None
         self._watched = [spec.folder, *_package_dirs()]
         self._digest = tree_digest(self._watched)
+
+    def progress(self, message: str) -> None:
+        """Report a stage (and time it, inside an evaluation)."""
+        getattr(self._local, "clock", self._report)(message)
 
     # ----- public --------------------------------------------------------------------
     def evaluate(self, source: str, salt: int | None = None) -> EvalResult:
@@ -148,7 +153,7 @@ class Evaluator:
                                "restore them (reinstall kb_env) and start a new environment")
         started = time.monotonic()
         stages = _StageClock(self._report)
-        self.progress = stages
+        self._local.clock = stages  # per thread: one Evaluator may serve several threads at once
         salt = secrets.randbits(63) if salt is None else salt
         res = EvalResult(problem=self.spec.name, mode=self.mode, baseline=self.spec.baseline.value,
                          timing_meaningful=False)
@@ -167,7 +172,7 @@ class Evaluator:
                 res.error = ErrorKind.integrity
                 res.message = "the candidate modified the problem's or the harness's files on disk"
         res.wall_s = time.monotonic() - started
-        res.stage_s = {k: round(v, 3) for k, v in stages.stop().items()}
+        res.stage_s = {k: round(v, 4) for k, v in stages.stop().items()}
         return res
 
     # ----- the two workers -------------------------------------------------------------
