@@ -42,3 +42,14 @@ def test_seeds_are_derived_from_the_salt():
     assert derive_seed(1, "grading:0") != derive_seed(2, "grading:0")
     assert derive_seed(1, "grading:0") != derive_seed(1, "grading:1")
     assert 0 <= derive_seed(123, "params") < 2**63
+
+
+def test_a_flag_keeps_the_message_that_explains_it():
+    from kb_env.evaluate.result import EvalResult
+
+    res = EvalResult(problem="softmax", mode="cuda", compiled=True, correct=True,
+                     message="RuntimeError: the profiled call failed here")
+    Evaluator(get_problem("softmax"), "cpu")._finish(res, {"profile_failed"}, set())
+    assert res.error is not None and res.error.value == "integrity"
+    assert res.message.startswith("integrity violation: profile_failed")
+    assert "the profiled call failed here" in res.message

@@ -411,7 +411,8 @@ class Evaluator:
         res.flags = sorted(flags)
         if res.flags and res.error is None:
             res.error = ErrorKind.integrity
-            res.message = "integrity violation: " + ", ".join(res.flags)
+            # keep what went wrong where there is something to say (a failed profiled call's error)
+            res.message = "integrity violation: " + ", ".join(res.flags) + (f"\n{res.message}" if res.message else "")
 
 
 def evaluate(spec: ProblemSpec, source: str, mode: str = "cpu", salt: int | None = None,
