@@ -7,7 +7,7 @@ after `max_turns` steps."""
 from __future__ import annotations
 
 import string
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -69,6 +69,16 @@ def step_info(result: EvalResult) -> dict[str, Any]:
     }
 
 
+class EvaluatesCandidates(Protocol):
+    """What the environment needs from an evaluator: a mode and `evaluate(source, salt)`.
+    `Evaluator` runs candidates here; `kb_env.rollout.PoolEvaluator` sends them to a Ray actor
+    that owns a GPU."""
+
+    mode: str
+
+    def evaluate(self, source: str, salt: int | None = None) -> EvalResult: ...
+
+
 class KernelBenchEnv(gym.Env):
     """Observation: {reference, feedback, turn}. Action: candidate source. Reward: `reward(result)`."""
 
@@ -76,17 +86,19 @@ class KernelBenchEnv(gym.Env):
 
     def __init__(self, problem: str | ProblemSpec, device: str = "auto", max_turns: int = 4,
                  reward: str | Callable[..., float] = "default", timeout_s: float | None = None,
-                 render_mode: str | None = None, profile: bool = True):
+                 render_mode: str | None = None, profile: bool = True,
+                 evaluator: EvaluatesCandidates | None = None):
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, not {max_turns}")
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode must be None or 'ansi', not {render_mode!r}")
         self.spec_problem = get_problem(problem) if isinstance(problem, str) else problem
-        self.mode = resolve_device(device)
+        # An injected evaluator (a Ray actor's GPU) decides the mode; `device` is then unused.
+        self.mode = evaluator.mode if evaluator is not None else resolve_device(device)
         self.max_turns = max_turns
         self.reward_fn = get_reward(reward)
         self.render_mode = render_mode
-        self.evaluator = Evaluator(self.spec_problem, self.mode, timeout_s, profile=profile)
+        self.evaluator = evaluator or Evaluator(self.spec_problem, self.mode, timeout_s, profile=profile)
         self.reference = self.spec_problem.reference_source()
         self.observation_space = spaces.Dict({
             "reference": SourceText(MAX_TEXT),
