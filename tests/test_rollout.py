@@ -112,3 +112,28 @@ def test_bad_input_is_refused(pool):
         EvaluatorPool(mode="cuda")
     with pytest.raises(ValueError, match="mode"):
         EvaluatorPool(mode="tpu")
+
+
+def test_a_killed_actor_leaves_no_worker_running(pool):
+    """The workers of an actor that was shot die with it (they cannot keep a GPU busy under
+    the next evaluation): no sandbox worker outlives the killer rollout."""
+    import os
+
+    def workers():
+        out = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"kb_env.sandbox.worker" in f.read():
+                        out.append(int(pid))
+            except OSError:
+                pass
+        return out
+
+    from kb_env import get_problem
+
+    good = get_problem("rmsnorm").solution_paths[0].read_text()
+    policy = ScriptedPolicy(script={"rmsnorm": [candidate("kill_evaluator_then_spin"), good]})
+    trajs = collect(policy, [Task(problem="rmsnorm", seed=5)], pool, max_turns=2)
+    assert trajs[0].steps[0].info["error"] == "crash" and trajs[0].steps[1].info["correct"]
+    assert workers() == []

@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 TOKEN_VAR = "KB_SANDBOX_TOKEN"
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _subreaper: bool | None = None
 
@@ -55,6 +56,25 @@ def become_subreaper() -> bool:
             except (OSError, AttributeError):
                 pass
     return _subreaper
+
+
+def die_with_parent(parent_pid: int) -> bool:
+    """Have the kernel SIGKILL this process when its parent (the harness thread that started
+    it) dies, and exit now if that already happened. A worker whose harness was killed (a Ray
+    actor the candidate shot, say) then cannot keep a GPU busy under the next evaluation.
+    False where it is not possible (not Linux); a candidate that clears it is still below a
+    subreaper and marked with its token (see the module docstring)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        ok = ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+    if parent_pid and os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(70)
+    return ok
 
 
 # ----- reading /proc ---------------------------------------------------------------------

@@ -87,7 +87,7 @@ class WorkerProcess:
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "kb_env.sandbox.worker", str(to_child_r), str(from_child_w),
-                 str(max_file_bytes or 0)],
+                 str(max_file_bytes or 0), str(os.getpid())],
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 cwd=workdir, env=env, start_new_session=True,

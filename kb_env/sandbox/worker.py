@@ -29,7 +29,7 @@ from .importguard import ImportGuard
 from .integrity import Snapshot
 from .oprecord import OpRecorder
 from .protocol import Channel, ChannelClosed
-from .reaper import become_subreaper, kill_children
+from .reaper import become_subreaper, die_with_parent, kill_children
 
 _SNAPSHOT = Snapshot()  # what the harness relies on, as it is before the candidate is imported
 _GUARD: ImportGuard | None = None  # installed just before the candidate is imported
@@ -329,7 +329,8 @@ def _serve(channel: Channel) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """argv: READ_FD WRITE_FD [MAX_FILE_BYTES (0: no limit)]."""
+    """argv: READ_FD WRITE_FD [MAX_FILE_BYTES (0: no limit) [PARENT_PID]]."""
+    die_with_parent(int(argv[4]) if len(argv) > 4 else 0)  # the harness gone, this worker goes too
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfaulting candidate leaves no core file
     become_subreaper()  # a candidate's double-forked daemon stays below this worker, to be found
     max_file = int(argv[3]) if len(argv) > 3 else 0
