@@ -21,6 +21,7 @@ import json
 import statistics
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +32,7 @@ from kb_env.policies import KnownGoodPolicy, ReferencePolicy  # noqa: E402
 from kb_env.rollout import EvaluatorPool, Task, collect, summarize  # noqa: E402
 
 PROBLEMS = ["softmax", "rmsnorm", "gemm_bias_gelu"]
-PHASES = ["pinning", "health", "rollout", "single", "spread"]
+PHASES = ["pinning", "health", "rollout", "single", "spread"]  # the order they run in
 
 
 def _candidate(name: str) -> str:
@@ -70,9 +71,10 @@ def health(pool: EvaluatorPool) -> dict:
 def workload(pool: EvaluatorPool, problems: list[str], seeds: int) -> dict:
     tasks = [Task(problem=p, seed=s) for p in problems for s in range(seeds)]
     started = time.monotonic()
-    trajs = []
-    for policy in (KnownGoodPolicy(), ReferencePolicy()):
-        trajs += collect(policy, tasks, pool, max_turns=1, progress=True)
+    with ThreadPoolExecutor(2) as ex:  # both policies stream into the pool at once: no idle tail between them
+        runs = list(ex.map(lambda policy: collect(policy, tasks, pool, max_turns=1),
+                           (KnownGoodPolicy(), ReferencePolicy())))
+    trajs = [t for run in runs for t in run]
     wall = time.monotonic() - started
     evals = sum(len(t.steps) for t in trajs)
     rows = [{"policy": t.policy, "problem": t.task.problem, "seed": t.task.seed, "correct": t.steps[0].info["correct"],
@@ -87,8 +89,6 @@ def workload(pool: EvaluatorPool, problems: list[str], seeds: int) -> dict:
 
 
 def spread(pool: EvaluatorPool, problems: list[str]) -> dict:
-    from concurrent.futures import ThreadPoolExecutor
-
     out = {}
     for problem in problems:
         source = get_problem(problem).solution_paths[0].read_text()
@@ -120,21 +120,29 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(include_dashboard=False, log_to_driver=False)
     print(f"ray up in {time.monotonic() - t0:.1f} s: {ray.cluster_resources()}")
     report: dict = {}
-    if set(args.phases) - {"single"}:
-        with EvaluatorPool(mode=args.mode) as pool:
-            print(f"pool: {pool.size} {pool.mode} actor(s)")
-            for phase in ("pinning", "health", "rollout", "spread"):
-                if phase in args.phases:
-                    print(f"[{phase}]")
-                    report[phase] = {"pinning": pinning, "health": health, "spread": spread,
-                                     "rollout": lambda p: workload(p, args.problems, args.seeds)}[phase](
-                        pool) if phase != "spread" else spread(pool, args.problems)
-    if "single" in args.phases:
-        with EvaluatorPool(num_actors=1, mode=args.mode) as pool:
-            print("[single]")
-            report["single"] = workload(pool, args.problems, args.seeds)
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=1, default=str))
+    pool, pool_kind = None, None
+    try:
+        for phase in [p for p in PHASES if p in args.phases]:  # pinning, health, rollout, single, spread
+            kind = "one" if phase == "single" else "all"
+            if kind != pool_kind:  # the single-actor phase gets its own pool; the others share one
+                if pool is not None:
+                    pool.close()
+                pool, pool_kind = EvaluatorPool(num_actors=1 if kind == "one" else None, mode=args.mode), kind
+                print(f"pool: {pool.size} {pool.mode} actor(s)")
+            print(f"[{phase}]")
+            if phase == "pinning":
+                report[phase] = pinning(pool)
+            elif phase == "health":
+                report[phase] = health(pool)
+            elif phase in ("rollout", "single"):
+                report[phase] = workload(pool, args.problems, args.seeds)
+            else:
+                report[phase] = spread(pool, args.problems)
+            if args.out:  # after every phase: a run cut short keeps what it measured
+                args.out.write_text(json.dumps(report, indent=1, default=str))
+    finally:
+        if pool is not None:
+            pool.close()
 
     print("\n== summary ==")
     if "pinning" in report:
