@@ -15,7 +15,9 @@ class Agent(Protocol):
     """One episode's policy state."""
 
     def act(self, observation: dict[str, Any]) -> str:
-        """Candidate source for this observation (`reference`, `feedback`, `turn`)."""
+        """Candidate source for this observation (`reference`, `feedback`, `turn`). An agent may
+        also define `last_info() -> dict` (its last turn's prompt, reply, tokens, cost), which
+        rollouts store in the trajectory."""
         ...
 
 

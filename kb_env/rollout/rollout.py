@@ -67,11 +67,12 @@ def _episode(index: int, task: Task, policy: Policy, runner: _PolicyRunner, pool
             t0 = time.monotonic()
             action, agent = runner.act(agent, obs)
             t1 = time.monotonic()
+            policy_info = agent.last_info() if hasattr(agent, "last_info") else {}
             obs, r, terminated, truncated, info = env.step(action)
             traj.steps.append(StepRecord(turn=obs["turn"], action=action, observation=obs, reward=r,
                                          terminated=terminated, truncated=truncated, info=info,
                                          policy_s=t1 - t0, eval_s=time.monotonic() - t1,
-                                         actor=evaluator.last_actor))
+                                         actor=evaluator.last_actor, policy_info=policy_info))
             if terminated or truncated:
                 break
         else:

@@ -32,6 +32,8 @@ class StepRecord(BaseModel):
     policy_s: float = Field(description="wall seconds the policy took to answer")
     eval_s: float = Field(description="wall seconds from submitting the action to the environment's answer")
     actor: ActorInfo | None = Field(default=None, description="the evaluator actor (and GPU) that graded it")
+    policy_info: dict[str, Any] = Field(default_factory=dict, description="what the agent reports of its turn "
+                                        "(`agent.last_info()`: an LLM's prompt, reply, tokens and cost)")
 
 
 class Trajectory(BaseModel):
