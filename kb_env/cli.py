@@ -1,4 +1,5 @@
-"""The `kb` command: `kb list`, `kb eval PROBLEM FILE`, `kb audit FILE --problem P`.
+"""The `kb` command: `kb list`, `kb eval PROBLEM FILE`, `kb audit FILE --problem P`,
+`kb sweep --out DIR ...` and `kb board DIR`.
 
 Bad input (unknown problem, missing file, a file that is not Python or defines no model)
 gets one line on stderr and exit status 2; an evaluated candidate prints its report and exits
@@ -107,6 +108,41 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     return 0 if result.correct and not result.flags else 1
 
 
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from .board import render, write_board
+    from .problem import ProblemError
+    from .sweep import SweepConfig, load_config, run_sweep
+
+    try:
+        if args.config:
+            cfg = load_config(Path(args.config))
+        else:
+            cfg = SweepConfig(policies=args.policies or ["reference"], problems=args.problems, samples=args.samples,
+                              max_turns=args.max_turns, mode=args.device, ray=args.ray, actors=args.actors)
+        cfg.problem_names()
+        added = run_sweep(cfg, Path(args.out), progress=not args.quiet)
+    except (ValidationError, ProblemError, FileNotFoundError) as exc:
+        raise CLIError(str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else str(exc)) from None
+    except ValueError as exc:
+        raise CLIError(str(exc)) from None
+    print(f"{len(added)} episode(s) run; results in {Path(args.out) / 'results.jsonl'}")
+    print(render(write_board(Path(args.out))))
+    return 0
+
+
+def _cmd_board(args: argparse.Namespace) -> int:
+    from .board import render, write_board
+
+    try:
+        board = write_board(Path(args.dir))
+    except FileNotFoundError as exc:
+        raise CLIError(str(exc)) from None
+    print(json.dumps(board, indent=1) if args.json else render(board))
+    return 0
+
+
 def _evaluation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="cuda, cpu (Triton interpreter, small shapes), or auto (default)")
@@ -134,6 +170,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--problem", required=True, help="problem name (see `kb list`)")
     _evaluation_args(p)
     p.set_defaults(func=_cmd_audit)
+
+    p = sub.add_parser("sweep", help="run policies x problems x samples (resumable) and print the boards")
+    p.add_argument("--out", required=True, help="results folder (a rerun skips what is done there)")
+    p.add_argument("--config", help="a sweep/roster YAML or JSON file (overrides the options below)")
+    p.add_argument("--policies", nargs="+", choices=["reference", "known-good"], help="built-in policies")
+    p.add_argument("--problems", nargs="+", help="default: every problem")
+    p.add_argument("--samples", type=int, default=1, help="episodes per (policy, problem)")
+    p.add_argument("--max-turns", type=int, default=1)
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--ray", action="store_true", help="evaluate on Ray actors, one per GPU")
+    p.add_argument("--actors", type=int, help="evaluator actors (Ray) or evaluations at once (local, CPU mode)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser("board", help="print and write the leaderboards of a sweep's results")
+    p.add_argument("dir", help="a `kb sweep --out` folder")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_cmd_board)
     return parser
 
 

@@ -189,7 +189,8 @@ def _actor_died(problem: str, mode: str, info: ActorInfo, exc: BaseException) ->
 
 
 class PoolEvaluator:
-    """The environment's evaluator for one problem, backed by a pool (see `KernelBenchEnv(evaluator=)`).
+    """The environment's evaluator for one problem, backed by a pool (`EvaluatorPool` or `LocalPool`;
+    see `KernelBenchEnv(evaluator=)`).
     `last_actor` is where this thread's last evaluation ran."""
 
     def __init__(self, pool: EvaluatorPool, problem: str, timeout_s: float | None = None, profile: bool = True):

@@ -17,8 +17,11 @@ from typing import Any, Callable
 from ..env import KernelBenchEnv
 from ..policies.base import Agent, Policy
 from ..problem import get_problem
+from .local import LocalPool
 from .pool import EvaluatorPool, PoolEvaluator
 from .trajectory import StepRecord, Task, Trajectory, append_jsonl, summarize
+
+AnyPool = EvaluatorPool | LocalPool  # Ray actors, or evaluations from this process
 
 
 def _act(agent: Agent, observation: dict[str, Any]) -> tuple[str, Agent]:
@@ -53,7 +56,7 @@ def _tasks(tasks: Iterable[Task | tuple[str, int] | str]) -> list[Task]:
     return out
 
 
-def _episode(index: int, task: Task, policy: Policy, runner: _PolicyRunner, pool: EvaluatorPool, max_turns: int,
+def _episode(index: int, task: Task, policy: Policy, runner: _PolicyRunner, pool: AnyPool, max_turns: int,
              reward: str | Callable[..., float], timeout_s: float | None, profile: bool,
              stop: threading.Event) -> Trajectory:
     started = time.monotonic()
@@ -83,7 +86,7 @@ def _episode(index: int, task: Task, policy: Policy, runner: _PolicyRunner, pool
     return traj
 
 
-def rollout(policy: Policy, tasks: Iterable[Task | tuple[str, int] | str], pool: EvaluatorPool, *,
+def rollout(policy: Policy, tasks: Iterable[Task | tuple[str, int] | str], pool: AnyPool, *,
             max_turns: int = 4, reward: str | Callable[..., float] = "default", timeout_s: float | None = None,
             profile: bool = True, concurrency: int | None = None, remote_policy: bool = True,
             policy_cpus: float = 0.0, out: Path | None = None, progress: bool = False) -> Iterator[Trajectory]:
@@ -127,7 +130,7 @@ def rollout(policy: Policy, tasks: Iterable[Task | tuple[str, int] | str], pool:
                 bar.close()
 
 
-def collect(policy: Policy, tasks: Iterable[Task | tuple[str, int] | str], pool: EvaluatorPool,
+def collect(policy: Policy, tasks: Iterable[Task | tuple[str, int] | str], pool: AnyPool,
             **kwargs: Any) -> list[Trajectory]:
     """`rollout` gathered into a list, in task order."""
     return sorted(rollout(policy, tasks, pool, **kwargs), key=lambda t: t.index)
@@ -136,7 +139,7 @@ def collect(policy: Policy, tasks: Iterable[Task | tuple[str, int] | str], pool:
 class _Progress:
     """A rich progress bar with episodes done, ETA and running counts."""
 
-    def __init__(self, total: int, policy: str, pool: EvaluatorPool):
+    def __init__(self, total: int, policy: str, pool: AnyPool):
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
             TimeRemainingColumn
 

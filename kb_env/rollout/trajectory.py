@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -61,9 +62,15 @@ class Trajectory(BaseModel):
 
 def append_jsonl(path: Path, trajectory: Trajectory) -> None:
     """Append one trajectory as a JSON line and flush it to disk (a crash loses nothing finished)."""
-    with open(path, "a") as f:
-        f.write(trajectory.model_dump_json() + "\n")
+    with open(path, "a+b") as f:
+        f.seek(0, os.SEEK_END)
+        if f.tell() > 0:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":  # a line torn by a crash: start on a fresh line, not glued to it
+                f.write(b"\n")
+        f.write(trajectory.model_dump_json().encode() + b"\n")
         f.flush()
+        os.fsync(f.fileno())
 
 
 def read_jsonl(path: Path) -> list[Trajectory]:

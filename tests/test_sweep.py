@@ -1,0 +1,80 @@
+"""`kb sweep` and `kb board` in CPU mode: every table, resumable after a crash, clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import requires_cpu_mode
+
+from kb_env.board import boards, render
+from kb_env.cli import main
+from kb_env.rollout import read_jsonl
+
+pytestmark = [requires_cpu_mode, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def sweep_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("sweep")
+    assert main(["sweep", "--out", str(out), "--policies", "known-good", "reference", "--problems", "softmax",
+                 "rmsnorm", "--device", "cpu", "--actors", "2", "--quiet"]) == 0
+    return out
+
+
+def test_sweep_writes_every_episode_and_every_board(sweep_dir, capsys):
+    trajs = read_jsonl(sweep_dir / "results.jsonl")
+    assert sorted((t.policy, t.task.problem) for t in trajs) == [
+        ("known-good", "rmsnorm"), ("known-good", "softmax"), ("reference", "rmsnorm"), ("reference", "softmax")]
+    board = json.loads((sweep_dir / "board.json").read_text())
+    assert board["fast_p"]["known-good"]["fast_0"] == 1.0
+    # CPU mode: no speedup-based figure is claimed (empty, not zero).
+    assert board["fast_p"]["known-good"]["fast_1"] is None and board["timing_meaningful"] is False
+    # The reference uses the torch ops these problems forbid: flagged, so not counted correct.
+    assert board["rates"]["reference"]["flagged"] == 1.0 and board["rates"]["reference"]["correct"] == 0.0
+    assert board["peak_fraction"]["known-good"]["softmax"]["correct"] == 1
+    md = (sweep_dir / "board.md").read_text()
+    for title in ("fast_p (KernelBench)", "rates (KernelBench-v3)", "(KernelBench-Hard)"):
+        assert title in md
+
+
+def test_rerun_skips_finished_and_redoes_a_torn_line(sweep_dir, capsys):
+    path = sweep_dir / "results.jsonl"
+    lines = path.read_text().splitlines()
+    torn = [ln for ln in lines if '"policy":"reference"' in ln and '"problem":"rmsnorm"' in ln]
+    kept = [ln for ln in lines if ln not in torn]
+    path.write_text("\n".join(kept) + "\n" + torn[0][:100])  # a crash mid-write of that episode
+    assert main(["sweep", "--out", str(sweep_dir), "--policies", "known-good", "reference", "--problems", "softmax",
+                 "rmsnorm", "--device", "cpu", "--quiet"]) == 0
+    assert "1 episode(s) run" in capsys.readouterr().out
+    assert len(read_jsonl(path)) == 4
+    assert main(["sweep", "--out", str(sweep_dir), "--policies", "known-good", "reference", "--problems", "softmax",
+                 "rmsnorm", "--device", "cpu", "--quiet"]) == 0
+    assert "0 episode(s) run" in capsys.readouterr().out
+
+
+def test_board_command_and_bad_input(sweep_dir, tmp_path, capsys):
+    assert main(["board", str(sweep_dir)]) == 0
+    assert "fast_0" in capsys.readouterr().out
+    assert main(["board", str(tmp_path)]) == 2
+    assert "no results" in capsys.readouterr().err
+    assert main(["sweep", "--out", str(tmp_path), "--problems", "nope", "--device", "cpu"]) == 2
+    assert "unknown problem" in capsys.readouterr().err
+
+
+def test_fast_p_counts_every_task_in_the_denominator():
+    from kb_env.rollout import StepRecord, Task, Trajectory
+
+    def traj(correct, speedup, problem):
+        info = {"correct": correct, "compiled": True, "flags": [], "speedup": speedup, "timing_meaningful": True,
+                "peak_fraction": 0.5 if correct else None}
+        step = StepRecord(turn=1, action="", observation={}, reward=0.0, terminated=False, truncated=True, info=info,
+                          policy_s=0.0, eval_s=0.0)
+        return Trajectory(task=Task(problem=problem), policy="p", mode="cuda", reset_observation={}, reset_info={},
+                          steps=[step])
+
+    b = boards([traj(True, 2.5, "a"), traj(True, 0.9, "b"), traj(False, None, "c"), traj(True, 1.2, "d")])
+    fp = b["fast_p"]["p"]
+    assert fp["fast_0"] == 0.75 and fp["fast_1"] == 0.5 and fp["fast_2"] == 0.25 and fp["fast_0.8"] == 0.75
+    assert b["rates"]["p"]["beat_baseline"] == 0.5
+    assert "| p | 0.750 |" in render(b)
