@@ -1,5 +1,5 @@
 """The `kb` command: `kb list`, `kb eval PROBLEM FILE`, `kb audit FILE --problem P`,
-`kb sweep --out DIR ...` and `kb board DIR`.
+`kb sweep --out DIR ...`, `kb board DIR`, `kb report DIR` and `kb replay MANIFEST --out DIR`.
 
 Bad input (unknown problem, missing file, a file that is not Python or defines no model)
 gets one line on stderr and exit status 2; an evaluated candidate prints its report and exits
@@ -127,8 +127,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise CLIError(str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else str(exc)) from None
     except ValueError as exc:
         raise CLIError(str(exc)) from None
+    from .report import write_report
+
     print(f"{len(added)} episode(s) run; results in {Path(args.out) / 'results.jsonl'}")
     print(render(write_board(Path(args.out))))
+    print(f"report: {write_report(Path(args.out))}")
     return 0
 
 
@@ -140,6 +143,53 @@ def _cmd_board(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         raise CLIError(str(exc)) from None
     print(json.dumps(board, indent=1) if args.json else render(board))
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    try:
+        path = write_report(Path(args.dir))
+    except FileNotFoundError as exc:
+        raise CLIError(str(exc)) from None
+    print(f"report: {path} (plots in {path.parent / 'plots'})")
+    return 0
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from .replay import Manifest, ReplayPolicy, render_replay, replay_board
+    from .rollout import LocalPool, read_jsonl, rollout
+    from .sweep import RESULTS
+
+    try:
+        manifest = Manifest.load(Path(args.manifest))
+    except (ValidationError, ValueError, FileNotFoundError, OSError) as exc:
+        raise CLIError(str(exc).splitlines()[0]) from None
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = out / RESULTS
+    done = {t.task.seed for t in read_jsonl(results) if t.policy == ReplayPolicy.name} if results.exists() else set()
+    todo = [t for t in manifest.tasks() if t.seed not in done]
+    if args.ray:
+        import ray
+
+        from .rollout import EvaluatorPool
+
+        ray.init(include_dashboard=False, log_to_driver=False)
+        pool = EvaluatorPool(num_actors=args.actors, mode=args.device)
+    else:
+        pool = LocalPool(args.device, args.actors or 1)
+    with pool:
+        for _ in rollout(ReplayPolicy(manifest), todo, pool, max_turns=1, out=results, progress=not args.quiet,
+                         remote_policy=args.ray):
+            pass
+    board = replay_board(manifest, read_jsonl(results))
+    (out / "replay.json").write_text(json.dumps(board, indent=1))
+    (out / "replay.md").write_text(render_replay(board))
+    print(render_replay(board))
     return 0
 
 
@@ -188,6 +238,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir", help="a `kb sweep --out` folder")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=_cmd_board)
+
+    p = sub.add_parser("report", help="write plots and a static HTML report (with a transcript viewer) of a sweep")
+    p.add_argument("dir", help="a `kb sweep --out` folder")
+    p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("replay", help="re-grade a published board's solution files; measured vs published")
+    p.add_argument("manifest", help="YAML/JSON list of {run_id, model, problem, file, gpu, published_score}")
+    p.add_argument("--out", required=True, help="results folder (a rerun skips what is done there)")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--ray", action="store_true", help="evaluate on Ray actors, one per GPU")
+    p.add_argument("--actors", type=int)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_replay)
     return parser
 
 

@@ -78,3 +78,40 @@ def test_fast_p_counts_every_task_in_the_denominator():
     assert fp["fast_0"] == 0.75 and fp["fast_1"] == 0.5 and fp["fast_2"] == 0.25 and fp["fast_0.8"] == 0.75
     assert b["rates"]["p"]["beat_baseline"] == 0.5
     assert "| p | 0.750 |" in render(b)
+
+
+def test_report_has_boards_plots_and_every_episode(sweep_dir, capsys):
+    from html.parser import HTMLParser
+
+    assert main(["report", str(sweep_dir)]) == 0
+    page = (sweep_dir / "report.html").read_text()
+
+    class Collect(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.imgs, self.data, self._in_data = [], "", False
+
+        def handle_starttag(self, tag, attrs):
+            attrs = dict(attrs)
+            if tag == "img":
+                self.imgs.append(attrs["src"])
+            self._in_data = tag == "script" and attrs.get("id") == "episodes-data"
+
+        def handle_data(self, data):
+            if self._in_data:
+                self.data += data
+
+        def handle_endtag(self, tag):
+            self._in_data = False
+
+    c = Collect()
+    c.feed(page)
+    assert sorted(c.imgs) == ["plots/fast_p.png", "plots/peak_fraction.png"]
+    for src in c.imgs:
+        assert (sweep_dir / src).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    episodes = json.loads(c.data.replace("<\\/", "</"))
+    assert len(episodes) == 4 and all(len(e["turns"]) == 1 for e in episodes)
+    kg = next(e for e in episodes if e["policy"] == "known-good" and e["problem"] == "softmax")
+    assert kg["turns"][0]["correct"] and "@triton.jit" in kg["turns"][0]["candidate"] and kg["turns"][0]["feedback"]
+    for title in ("fast_p (KernelBench)", "rates (KernelBench-v3)", "peak_fraction (KernelBench-Hard)"):
+        assert title in page
