@@ -51,3 +51,12 @@ def test_bad_manifest_is_one_line_error(tmp_path, capsys):
     (tmp_path / "m2.json").write_text(json.dumps([{"run_id": "x", "model": "m", "problem": "nope", "file": "a.py"}]))
     assert main(["replay", str(tmp_path / "m2.json"), "--out", str(tmp_path / "o"), "--device", "cpu"]) == 2
     assert "unknown problem" in capsys.readouterr().err
+
+
+def test_the_example_manifest_loads():
+    from pathlib import Path
+
+    from kb_env.replay import Manifest
+
+    m = Manifest.load(Path(__file__).resolve().parents[1] / "examples" / "replay" / "manifest.yaml")
+    assert [e.run_id for e in m.entries] == ["run_a", "run_b", "run_c"] and [t.seed for t in m.tasks()] == [0, 1, 2]
