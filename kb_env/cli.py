@@ -109,26 +109,24 @@ def _cmd_audit(args: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from pydantic import ValidationError
+    import yaml
 
     from .board import render, write_board
-    from .problem import ProblemError
+    from .report import write_report
     from .sweep import SweepConfig, load_config, run_sweep
 
-    try:
+    if not args.config and not args.policies:
+        raise CLIError("name the policies (--policies reference known-good) or give a --config file")
+    try:  # every check of the input happens here, before anything runs
         if args.config:
             cfg = load_config(Path(args.config))
         else:
-            cfg = SweepConfig(policies=args.policies or ["reference"], problems=args.problems, samples=args.samples,
+            cfg = SweepConfig(policies=args.policies, problems=args.problems, samples=args.samples,
                               max_turns=args.max_turns, mode=args.device, ray=args.ray, actors=args.actors)
         cfg.problem_names()
-        added = run_sweep(cfg, Path(args.out), progress=not args.quiet)
-    except (ValidationError, ProblemError, FileNotFoundError) as exc:
-        raise CLIError(str(exc).splitlines()[0] if not isinstance(exc, ValidationError) else str(exc)) from None
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
-    from .report import write_report
-
+    except (ValueError, OSError, yaml.YAMLError) as exc:  # pydantic's ValidationError is a ValueError
+        raise CLIError(" ".join(str(exc).split())) from None
+    added = run_sweep(cfg, Path(args.out), progress=not args.quiet)
     print(f"{len(added)} episode(s) run; results in {Path(args.out) / 'results.jsonl'}")
     print(render(write_board(Path(args.out))))
     print(f"report: {write_report(Path(args.out))}")

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from .policies import LLMPolicy, ModelConfig, get_policy
 from .problem import all_problems, get_problem
@@ -33,6 +33,17 @@ class SweepConfig(BaseModel):
     actors: int | None = Field(default=None, ge=1)
     concurrency: int | None = Field(default=None, ge=1, description="episodes at once (default: 2 per actor)")
 
+    @model_validator(mode="after")
+    def _policies_named_once(self) -> "SweepConfig":
+        names = [*self.policies, *(m.name for m in self.models)]
+        if not names:
+            raise ValueError("a sweep needs at least one policy or model")
+        if len(set(names)) != len(names):
+            raise ValueError(f"policy and model names must be unique: {names}")
+        for name in self.policies:
+            get_policy(name)  # an unknown built-in fails here
+        return self
+
     def problem_names(self) -> list[str]:
         names = self.problems or sorted(all_problems())
         for n in names:
@@ -49,11 +60,6 @@ def done_keys(out: Path) -> set[tuple[str, str, int]]:
 def run_sweep(cfg: SweepConfig, out: Path, progress: bool = True) -> list[Trajectory]:
     """Run what is not done yet; returns the trajectories this call added."""
     policies = [get_policy(name) for name in cfg.policies] + [LLMPolicy(m, cfg.max_turns) for m in cfg.models]
-    if not policies:
-        raise ValueError("a sweep needs at least one policy or model")
-    names = [p.name for p in policies]
-    if len(set(names)) != len(names):
-        raise ValueError(f"policy names must be unique: {names}")
     problems = cfg.problem_names()
     out.mkdir(parents=True, exist_ok=True)
     (out / "sweep.json").write_text(cfg.model_dump_json(indent=1))

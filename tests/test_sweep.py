@@ -115,3 +115,18 @@ def test_report_has_boards_plots_and_every_episode(sweep_dir, capsys):
     assert kg["turns"][0]["correct"] and "@triton.jit" in kg["turns"][0]["candidate"] and kg["turns"][0]["feedback"]
     for title in ("fast_p (KernelBench)", "rates (KernelBench-v3)", "peak_fraction (KernelBench-Hard)"):
         assert title in page
+
+
+def test_bad_sweep_input_is_one_line_and_runs_nothing(tmp_path, capsys):
+    (tmp_path / "bad.yaml").write_text("policies: [reference\n")  # broken YAML
+    (tmp_path / "dup.yaml").write_text("policies: [reference, reference]\n")
+    (tmp_path / "unknown.yaml").write_text("policies: [gpt-9]\n")
+    for args, message in [(["--config", str(tmp_path / "bad.yaml")], "while parsing"),
+                          (["--config", str(tmp_path / "dup.yaml")], "unique"),
+                          (["--config", str(tmp_path / "unknown.yaml")], "unknown policy"),
+                          (["--config", str(tmp_path / "missing.yaml")], "No such file"),
+                          ([], "name the policies")]:
+        assert main(["sweep", "--out", str(tmp_path / "out"), *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err and err.count("\n") == 1
+    assert not (tmp_path / "out" / "results.jsonl").exists()
