@@ -119,15 +119,17 @@ def test_a_killed_actor_leaves_no_worker_running(pool):
     the next evaluation): no sandbox worker outlives the killer rollout."""
     import os
 
-    def workers():
+    def workers_of(parent: int) -> list[int]:
+        """Sandbox workers started by `parent` (their last argument), wherever they are now."""
         out = []
         for pid in filter(str.isdigit, os.listdir("/proc")):
             try:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    if b"kb_env.sandbox.worker" in f.read():
-                        out.append(int(pid))
+                    argv = f.read().split(b"\0")
             except OSError:
-                pass
+                continue
+            if b"kb_env.sandbox.worker" in argv and argv[-2:-1] == [str(parent).encode()]:
+                out.append(int(pid))
         return out
 
     from kb_env import get_problem
@@ -136,4 +138,4 @@ def test_a_killed_actor_leaves_no_worker_running(pool):
     policy = ScriptedPolicy(script={"rmsnorm": [candidate("kill_evaluator_then_spin"), good]})
     trajs = collect(policy, [Task(problem="rmsnorm", seed=5)], pool, max_turns=2)
     assert trajs[0].steps[0].info["error"] == "crash" and trajs[0].steps[1].info["correct"]
-    assert workers() == []
+    assert workers_of(trajs[0].steps[0].actor.pid) == []

@@ -58,7 +58,7 @@ def test_board_command_and_bad_input(sweep_dir, tmp_path, capsys):
     assert "fast_0" in capsys.readouterr().out
     assert main(["board", str(tmp_path)]) == 2
     assert "no results" in capsys.readouterr().err
-    assert main(["sweep", "--out", str(tmp_path), "--problems", "nope", "--device", "cpu"]) == 2
+    assert main(["sweep", "--out", str(tmp_path), "--policies", "reference", "--problems", "nope", "--device", "cpu"]) == 2
     assert "unknown problem" in capsys.readouterr().err
 
 

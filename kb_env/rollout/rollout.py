@@ -88,21 +88,23 @@ def _episode(index: int, task: Task, policy: Policy, runner: _PolicyRunner, pool
 
 def rollout(policy: Policy, tasks: Iterable[Task | tuple[str, int] | str], pool: AnyPool, *,
             max_turns: int = 4, reward: str | Callable[..., float] = "default", timeout_s: float | None = None,
-            profile: bool = True, concurrency: int | None = None, remote_policy: bool = True,
+            profile: bool = True, concurrency: int | None = None, remote_policy: bool | None = None,
             policy_cpus: float = 0.0, out: Path | None = None, progress: bool = False) -> Iterator[Trajectory]:
     """Run one episode per task over `pool` and yield trajectories as they finish.
 
     `concurrency` episodes run at once (default: twice the pool's size, so a GPU is never idle
-    while a policy thinks). The policy's turns run as Ray tasks on CPU workers (`remote_policy`,
-    `policy_cpus` each; 0 suits policies that wait on an API). With `out`, each trajectory is
+    while a policy thinks). The policy's turns run as Ray tasks on CPU workers (`remote_policy`;
+    default: with an `EvaluatorPool`, not with a `LocalPool`; `policy_cpus` each, 0 suits
+    policies that wait on an API). With `out`, each trajectory is
     appended to that JSON-lines file as it finishes. Ctrl-C stops new turns and re-raises."""
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, not {max_turns}")
+    if concurrency is not None and concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     todo = _tasks(tasks)
     workers = concurrency or 2 * pool.size
-    if workers < 1:
-        raise ValueError(f"concurrency must be at least 1, not {concurrency}")
-    runner = _PolicyRunner(remote_policy, policy_cpus)
+    remote = isinstance(pool, EvaluatorPool) if remote_policy is None else remote_policy
+    runner = _PolicyRunner(remote, policy_cpus)
     stop = threading.Event()
     bar = _Progress(len(todo), policy.name, pool) if progress else None
     done: list[Trajectory] = []
