@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+import types
 
 import torch
 import torch.nn.init
@@ -73,12 +74,34 @@ def _flags_state() -> dict[str, object]:
     }
 
 
+_EMPTY = object()
+
+
+def _fingerprint(fn: object) -> tuple:
+    """What a function does, beyond which object it is: a Python function keeps its identity when
+    its code, defaults or closure cells are swapped (`f.__code__ = g.__code__`). The objects
+    themselves are kept (compared by identity), so none can be freed and its id reused."""
+    if not isinstance(fn, types.FunctionType):
+        return (fn,)
+    cells = []
+    for cell in fn.__closure__ or ():
+        try:
+            cells.append(cell.cell_contents)
+        except ValueError:  # an empty cell
+            cells.append(_EMPTY)
+    return (fn, fn.__code__, *(fn.__defaults__ or ()), *sorted((fn.__kwdefaults__ or {}).items()), *cells)
+
+
 class Snapshot:
-    """Identity of every harness function and the value of every global torch flag, at capture."""
+    """Identity (and, for Python functions, code, defaults and closure) of every harness function
+    and the value of every global torch flag, at capture.
+
+    This runs inside the candidate's process, so it is a tripwire, not a wall: a candidate that
+    rewrites this checker too is caught by what the trusted side measures (the wall-clock check)."""
 
     def __init__(self) -> None:
         self.targets = _targets()
-        self.functions = {name: getattr(owner, attr) for name, (owner, attr) in self.targets.items()}
+        self.functions = {name: _fingerprint(getattr(owner, attr)) for name, (owner, attr) in self.targets.items()}
         self.flags = _flags_state()
 
     def watch_import_hooks(self) -> None:
@@ -89,13 +112,18 @@ class Snapshot:
         for name, owner, attr in (("builtins.__import__", builtins, "__import__"),
                                   ("importlib.import_module", importlib, "import_module")):
             self.targets[name] = (owner, attr)
-            self.functions[name] = getattr(owner, attr)
+            self.functions[name] = _fingerprint(getattr(owner, attr))
 
     def violations(self) -> list[str]:
         out = []
         for name, (owner, attr) in self.targets.items():
-            if getattr(owner, attr, None) is not self.functions[name]:
+            if not _same(_fingerprint(getattr(owner, attr, None)), self.functions[name]):
                 out.append(f"patched:{name}")
         now = _flags_state()
         out += [f"torch_flag:{k}" for k, v in self.flags.items() if now[k] != v]
         return out
+
+
+def _same(a: tuple, b: tuple) -> bool:
+    return len(a) == len(b) and all(x is y or (isinstance(x, tuple) and isinstance(y, tuple) and _same(x, y))
+                                    for x, y in zip(a, b))
