@@ -19,6 +19,7 @@ import argparse
 import json
 from concurrent.futures import ThreadPoolExecutor
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -45,6 +46,11 @@ def _row(entry, mode, cache, health):
         good = battery.evaluator_for(entry, mode, cache).evaluate(battery.known_good(entry))
         row["health"] = battery.outcome_of(good)
         row["ok"] = ok and row["health"] == "correct"
+        # what the known-good run measured: its message if it failed, and per shape its reported
+        # median next to the harness's wall clock per call (the wall check's margin)
+        row["health_message"] = good.message[:500]
+        row["health_timing"] = [{"median_ms": t.candidate.median_ms, "wall_check_ms": t.wall_check_ms}
+                                for t in good.timings]
     return row
 
 
@@ -90,12 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     for entry in todo:  # evaluators are built here, once per configuration, not in the threads
         battery.evaluator_for(entry, args.mode, cache)
 
+    lock = threading.Lock()
+
     def one(entry):
         row = _row(entry, args.mode, cache, args.health)
         extra = f"  health={row['health']}" if "health" in row else ""
-        print(f"[{len(rows) + 1}/{len(todo)}] {entry.name}: {row['outcome']} ({'OK' if row['ok'] else 'FAIL'}, "
-              f"{row['seconds']:.1f} s){extra}", flush=True)
-        rows.append(row)
+        with lock:
+            rows.append(row)
+            print(f"[{len(rows)}/{len(todo)}] {entry.name}: {row['outcome']} ({'OK' if row['ok'] else 'FAIL'}, "
+                  f"{row['seconds']:.1f} s){extra}", flush=True)
+            if args.out:  # after every entry: a run cut short keeps what it finished
+                args.out.write_text(json.dumps({"mode": args.mode, "rows": rows}, indent=2))
         return row
 
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

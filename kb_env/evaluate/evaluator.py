@@ -38,6 +38,7 @@ CPU_TIMING = {"warmup": 1, "reps": 3, "rounds": 1, "input_sets": 1}
 # candidates reported 1.0 to 1.9 times that wall clock on an H200 (benchmarks/RESULTS.md runs).
 WALL_CHECK_FRACTION = 0.2
 WALL_CHECK_MIN_MS = 0.05
+WALL_CHECK_CONFIRM = 2  # extra batches that must agree before the wall clock flags
 
 
 class HarnessError(RuntimeError):
@@ -114,6 +115,24 @@ class _Budget:
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
+
+
+class _Confirm:
+    """Makes the extra batches of a wall-clock confirmation for one shape: each like a timed
+    round after the first, on fresh seeds from the secret salt; the kept calls' cases go to the
+    reference worker so that their outputs are checked."""
+
+    def __init__(self, ref: WorkerProcess, base: dict[str, Any], sets: list[dict[str, Any]], timing: dict[str, int],
+                 salt: int, shape_index: int):
+        self.ref, self.base, self.keep, self.salt, self.si = ref, base, len(sets), salt, shape_index
+        self.reps, self.warmup = timing["reps"], min(2, timing["warmup"])
+        self.case = {k: sets[0][k] for k in ("kind", "shape", "shape_index", "param_seed")} if sets else {}
+
+    def batch(self, attempt: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        seeds = [derive_seed(self.salt, f"timing:{self.si}:confirm{attempt}:{i}") for i in range(self.reps + self.warmup)]
+        sets = [{**self.case, "id": f"c{self.si}.{attempt}.{j}", "seed_index": j, "seed": seed}
+                for j, seed in enumerate(seeds[len(seeds) - self.keep:])] if self.keep else []
+        return {**self.base, "seeds": seeds, "warmup": self.warmup}, sets
 
 
 class Evaluator:
@@ -276,7 +295,7 @@ class Evaluator:
                 self._finish(res, flags, ops)
                 return
         res.correct = True
-        self._time(ref, cand, budget, shapes, calls, timed, timing, param_seed, res, flags)
+        self._time(ref, cand, budget, shapes, calls, timed, timing, param_seed, salt, res, flags)
         if res.correct and self.mode == "cuda" and self.profile:
             self._profile(cand, budget, shapes, param_seed, salt, res, flags)
         self._finish(res, flags, ops)
@@ -297,7 +316,7 @@ class Evaluator:
 
     def _time(self, ref: WorkerProcess, cand: WorkerProcess, budget: _Budget, shapes: list[dict[str, int]],
               calls: dict[tuple[int, int], list[int]], timed: list[dict[str, Any]], timing: dict[str, int],
-              param_seed: int, res: EvalResult, flags: set[str]) -> None:
+              param_seed: int, salt: int, res: EvalResult, flags: set[str]) -> None:
         gpu = lookup(res.device.name) if res.device and self.mode == "cuda" else None
         timings: list[ShapeTiming] = []
         for si, shape in enumerate(shapes):
@@ -309,38 +328,24 @@ class Evaluator:
             walls: list[float] = []
             for r in range(timing["rounds"]):
                 seeds = calls[(si, r)]
-                warm = len(seeds) - timing["reps"]
-                req = {**base, "seeds": seeds, "warmup": warm}
+                req = {**base, "seeds": seeds, "warmup": len(seeds) - timing["reps"]}
                 base_ms += self._ref(ref, {**req, "keep": 0})["times_ms"]
-                t0 = time.perf_counter()
-                reply = cand.request(req, budget.left())
-                walls.append((time.perf_counter() - t0) * 1e3 / len(seeds))
-                flags.update(_str_list(reply.get("integrity")))
-                flags.update(_str_list(reply.get("flags")))
-                if not reply.get("ok"):
-                    self._fail(res, reply, flags)
-                    res.correct = False
+                got = self._round(cand, budget, req, timing["reps"], res, flags)
+                if got is None:
                     return
-                times = _times(reply.get("times_ms"), timing["reps"])
-                if times is None:
-                    flags.add("timer_implausible")
-                    times = walls[-1:] * timing["reps"]  # the harness's own clock is all that is left
-                cand_ms += times
-            reply = cand.request({"op": "outputs"}, budget.left())  # the last round's kept outputs
-            flags.update(_str_list(reply.get("integrity")))
-            outputs = reply.get("outputs")
-            if not isinstance(outputs, list) or len(outputs) != len(sets):
-                raise ProtocolViolation(f"sent {type(outputs).__name__} for the timed outputs")
-            for case, outs in zip(sets, outputs):
-                outs = _outputs(outs)
-                if not self._check(ref, case, outs, res):
-                    return
+                cand_ms += got[0]
+                walls.append(got[1])
+            if not self._check_kept(ref, cand, budget, sets, res, flags):
+                return
             cand_s, base_s = Samples.of(cand_ms), Samples.of(base_ms)
             flops, nbytes = self.spec.flops_of(shape), self.spec.bytes_of(shape)
             st = ShapeTiming(shape=shape, candidate=cand_s, baseline=base_s, speedup=base_s.median_ms / cand_s.median_ms,
                              flops=flops, bytes=nbytes, arithmetic_intensity=flops / nbytes)
             if self.mode == "cuda":
-                st.wall_check_ms = self._wall_check(cand, budget, base, walls, cand_s, flags)
+                confirm = _Confirm(ref, base, sets, timing, salt, si)
+                st.wall_check_ms = self._wall_check(cand, budget, base, walls, cand_s, confirm, res, flags)
+                if not res.correct:
+                    return
                 if gpu is not None:
                     st.peak_fraction, st.regime = peak_fraction(flops, nbytes, cand_s.median_ms, gpu,
                                                                 self.spec.compute_dtype)
@@ -354,17 +359,67 @@ class Evaluator:
             if all(t.peak_fraction is not None for t in timings):
                 res.peak_fraction = geomean([t.peak_fraction for t in timings])
 
-    def _wall_check(self, cand: WorkerProcess, budget: _Budget, base: dict[str, Any], walls: list[float],
-                    samples: Samples, flags: set[str]) -> float:
-        """The harness's own clock per timed call, less the flush-only loop's: a reported median
-        far under it means the candidate's timer reports are not real."""
-        reps = 20
+    def _round(self, cand: WorkerProcess, budget: _Budget, req: dict[str, Any], reps: int, res: EvalResult,
+               flags: set[str]) -> tuple[list[float], float] | None:
+        """One timed batch on the candidate: its reported times and the harness's wall clock per
+        call; None (and the result failed) when the batch itself failed."""
         t0 = time.perf_counter()
-        cand.request({**base, "seeds": list(range(reps)), "warmup": 0, "keep": 0, "flush_only": True}, budget.left())
-        flush_ms = (time.perf_counter() - t0) * 1e3 / reps
-        wall = min(walls[1:] or walls) - flush_ms
-        if wall > WALL_CHECK_MIN_MS and samples.median_ms < WALL_CHECK_FRACTION * wall:
+        reply = cand.request(req, budget.left())
+        wall = (time.perf_counter() - t0) * 1e3 / len(req["seeds"])
+        flags.update(_str_list(reply.get("integrity")))
+        flags.update(_str_list(reply.get("flags")))
+        if not reply.get("ok"):
+            self._fail(res, reply, flags)
+            res.correct = False
+            return None
+        times = _times(reply.get("times_ms"), reps)
+        if times is None:
             flags.add("timer_implausible")
+            times = [wall] * reps  # the harness's own clock is all that is left
+        return times, wall
+
+    def _check_kept(self, ref: WorkerProcess, cand: WorkerProcess, budget: _Budget, sets: list[dict[str, Any]],
+                    res: EvalResult, flags: set[str]) -> bool:
+        """Check the outputs the candidate kept from its last timed batch against `sets`."""
+        reply = cand.request({"op": "outputs"}, budget.left())
+        flags.update(_str_list(reply.get("integrity")))
+        outputs = reply.get("outputs")
+        if not isinstance(outputs, list) or len(outputs) != len(sets):
+            raise ProtocolViolation(f"sent {type(outputs).__name__} for the timed outputs")
+        return all(self._check(ref, case, _outputs(outs), res) for case, outs in zip(sets, outputs))
+
+    def _wall_check(self, cand: WorkerProcess, budget: _Budget, base: dict[str, Any], walls: list[float],
+                    samples: Samples, confirm: _Confirm, res: EvalResult, flags: set[str]) -> float:
+        """The harness's own clock per timed call, less a flush-only batch's (as many calls, so a
+        request's fixed cost cancels): a reported median far under it means the candidate's timer
+        reports are not real.
+
+        A wall clock that says so is confirmed before it flags: up to WALL_CHECK_CONFIRM more
+        batches, made like the others (fresh secret seeds, outputs kept and checked, so the
+        candidate cannot tell them apart or skip their work), each paired with a fresh flush-only
+        batch, and the smallest difference decides. One stalled batch (the host busy elsewhere)
+        then cannot fail an honest candidate."""
+        def flush_ms() -> float:
+            n = confirm.reps + confirm.warmup
+            t0 = time.perf_counter()
+            cand.request({**base, "seeds": list(range(n)), "warmup": 0, "keep": 0, "flush_only": True}, budget.left())
+            return (time.perf_counter() - t0) * 1e3 / n
+
+        wall = min(walls[1:] or walls) - flush_ms()
+        for attempt in range(WALL_CHECK_CONFIRM + 1):
+            if not (wall > WALL_CHECK_MIN_MS and samples.median_ms < WALL_CHECK_FRACTION * wall):
+                return wall
+            if attempt == WALL_CHECK_CONFIRM:
+                break
+            self.progress(f"confirming the wall clock ({attempt + 1}/{WALL_CHECK_CONFIRM})")
+            req, sets = confirm.batch(attempt)
+            if sets:
+                self._ref(confirm.ref, {"op": "reference_outputs", "cases": sets})
+            got = self._round(cand, budget, req, confirm.reps, res, flags)
+            if got is None or not self._check_kept(confirm.ref, cand, budget, sets, res, flags):
+                return wall
+            wall = min(wall, got[1] - flush_ms())
+        flags.add("timer_implausible")
         return wall
 
     def _profile(self, cand: WorkerProcess, budget: _Budget, shapes: list[dict[str, int]], param_seed: int, salt: int,
