@@ -106,8 +106,11 @@ class Timing(_Strict):
 
 
 class Shapes(_Strict):
+    """The sizes a problem is graded at: `gpu` in CUDA mode, `cpu` (small) in CPU mode. A problem
+    with no CPU shapes is GPU-only (float8 needs a GPU): CPU mode refuses it with a clear error."""
+
     gpu: list[Shape] = Field(min_length=1)
-    cpu: list[Shape] = Field(min_length=1)
+    cpu: list[Shape] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _same_variables(self) -> "Shapes":
@@ -120,6 +123,25 @@ class Shapes(_Strict):
         return self
 
 
+class Stress(_Strict):
+    """One extra correctness case per shape: the floating inputs of a fresh seed, transformed.
+    `scale` multiplies them (a kernel fitted to randn-sized values fails: a softmax without
+    max-subtraction overflows at x64, an accumulation in a narrow type loses precision at /64).
+    `heavy_tail` (integer degrees of freedom, 2 or more) multiplies each element by its own
+    positive factor sqrt(dof / chi2(dof)), which turns normal inputs into Student-t ones: rare
+    elements far larger than the rest, so a kernel cannot sniff one friendly distribution."""
+
+    scale: float = Field(default=1.0, gt=0)
+    heavy_tail: int | None = Field(default=None, ge=2, le=64)
+
+    def describe(self) -> str:
+        parts = [f"scaled by {self.scale:g}"] if self.scale != 1.0 else []
+        if self.heavy_tail is not None:
+            parts.append(f"heavy-tailed (Student-t, {self.heavy_tail} degrees of freedom)")
+        return "inputs " + " and ".join(parts or ["unchanged"])
+
+
+Regime = Literal["memory-bound", "compute-bound"]
 DType = Literal["float64", "float32", "tf32", "float16", "bfloat16", "float8", "int8"]
 
 
@@ -139,10 +161,13 @@ class ProblemSpec(_Strict):
     baseline: BaselineKind = BaselineKind.eager
     limits: Limits = Field(default_factory=Limits)
     timing: Timing = Field(default_factory=Timing)
-    stress_scales: list[float] = Field(
+    stress: list[Stress] = Field(
         default_factory=list,
-        description="extra correctness cases: the floating inputs of the first seed times each factor "
-                    "(catches kernels fitted to the input distribution, e.g. a softmax without max-subtraction)")
+        description="extra correctness cases per shape: transformed inputs (scaled up or down, heavy-tailed), "
+                    "which catch kernels fitted to one input distribution")
+    regime: Regime | None = Field(
+        default=None, description="the roofline regime of every GPU shape on the H100 and H200 rows of the "
+                                  "hardware table (tested against the formulas); the agent is told it")
 
     # Set by the loader, not written in the yaml.
     folder: Path = Field(default=Path("."), exclude=True)
@@ -168,6 +193,10 @@ class ProblemSpec(_Strict):
     # ----- derived facts -------------------------------------------------------------
     def shapes_for(self, mode: str) -> list[Shape]:
         return list(self.shapes.gpu if mode == "cuda" else self.shapes.cpu)
+
+    @property
+    def gpu_only(self) -> bool:
+        return not self.shapes.cpu
 
     def flops_of(self, shape: Shape) -> float:
         return _eval_formula(self.flops, shape)

@@ -16,7 +16,7 @@ def test_progress_reports_each_stage_in_order(softmax_solution):
     stages: list[str] = []
     result = Evaluator(spec, "cpu", progress=stages.append).evaluate(softmax_solution, salt=5)
     assert result.correct
-    n_cases = len(spec.shapes.cpu) * (len(spec.seeds) + len(spec.stress_scales))
+    n_cases = len(spec.shapes.cpu) * (len(spec.seeds) + len(spec.stress))
     assert stages[:3] == ["starting workers", "reference outputs", "loading the candidate"]
     # every stage's wall time is kept, and together they account for the evaluation
     assert set(result.stage_s) == {"starting", "reference", "loading", "correctness", "timing"}

@@ -119,6 +119,12 @@ CASES = {
     "timing-reps": (dict(timing={"reps": 1}), "reps"),
     "limits-negative": (dict(limits={"load_s": -5}), "load_s"),
     "interface-unknown": (dict(interface="backward"), "interface"),
+    "stress-scale-zero": (dict(stress=[{"scale": 0}]), "scale"),
+    "stress-heavy-tail-one": (dict(stress=[{"heavy_tail": 1}]), "heavy_tail"),
+    "stress-unknown-key": (dict(stress=[{"shift": 3}]), "stress"),
+    "stress-scales-retired": (dict(stress_scales=[64.0]), "stress_scales"),
+    "regime-unknown": (dict(regime="latency-bound"), "regime"),
+    "gpu-shapes-empty": (dict(shapes={"gpu": [], "cpu": [{"rows": 2, "cols": 3}]}), "gpu"),
 }
 
 
@@ -190,6 +196,25 @@ def test_formula_helper_functions_are_allowed_and_evaluated(folder):
     shape = {"rows": 16, "cols": 777}
     assert spec.flops_of(shape) == 6 * 1000 + 9
     assert spec.bytes_of(shape) == (16**2 % 7) + 4 + 1
+
+
+def test_gpu_only_problem_loads_and_cpu_mode_refuses_it(folder):
+    data = read_yaml(folder)
+    write_yaml(folder, {**data, "shapes": {"gpu": data["shapes"]["gpu"]}})
+    spec = load_problem(folder)
+    assert spec.gpu_only and spec.shapes_for("cpu") == [] and spec.shapes_for("cuda")
+    from kb_env.evaluate.evaluator import Evaluator
+
+    with pytest.raises(ValueError, match="GPU-only"):
+        Evaluator(spec, "cpu")
+
+
+def test_stress_cases_describe_themselves():
+    from kb_env.problem import Stress
+
+    assert Stress(scale=64).describe() == "inputs scaled by 64"
+    assert "Student-t, 3 degrees" in Stress(heavy_tail=3).describe()
+    assert Stress(scale=0.01, heavy_tail=4).describe().startswith("inputs scaled by 0.01 and heavy-tailed")
 
 
 def test_shapes_for_mode():

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..hardware import lookup
-from ..problem import Interface, ProblemSpec
+from ..problem import Interface, ProblemSpec, Stress
 from ..sandbox.runner import ProtocolViolation, WorkerDied, WorkerProcess, WorkerTimeout
 from .filewatch import changed_files, tree_digest
 from .kernels import analyze
@@ -144,6 +144,8 @@ class Evaluator:
                  progress: Callable[[str], None] | None = None, profile: bool = True):
         if mode not in ("cuda", "cpu"):
             raise ValueError(f"mode must be 'cuda' or 'cpu', not {mode!r}")
+        if mode == "cpu" and spec.gpu_only:
+            raise ValueError(f"{spec.name} is GPU-only (it declares no CPU shapes); evaluate it in CUDA mode on a GPU")
         if spec.interface is not Interface.forward:
             raise NotImplementedError(f"{spec.name}: the {spec.interface.value!r} interface is not evaluated yet")
         if timeout_s is not None and timeout_s <= 0:
@@ -258,8 +260,8 @@ class Evaluator:
                   "seed": derive_seed(salt, f"grading:{seed}"), "param_seed": param_seed, "in_place": k > 0}
                  for si, shape in enumerate(shapes) for k, seed in enumerate(spec.seeds)]
         cases += [{"id": f"s{si}.{k}", "kind": "stress", "shape": shape, "shape_index": si, "seed_index": k,
-                   "seed": derive_seed(salt, f"stress:{k}"), "param_seed": param_seed, "scale": scale}
-                  for si, shape in enumerate(shapes) for k, scale in enumerate(spec.stress_scales)]
+                   "seed": derive_seed(salt, f"stress:{k}"), "param_seed": param_seed, "stress": stress.model_dump()}
+                  for si, shape in enumerate(shapes) for k, stress in enumerate(spec.stress)]
         # A fresh seed for every timed call; the last `input_sets` calls of a shape are checked.
         calls = {(si, r): [derive_seed(salt, f"timing:{si}:{r}:{i}")
                            for i in range(timing["reps"] + (timing["warmup"] if r == 0 else min(2, timing["warmup"])))]
@@ -309,7 +311,8 @@ class Evaluator:
         if not chk["passed"]:
             res.correct = False
             res.error = ErrorKind.mismatch
-            where = {"timing": "a timed call's output", "stress": f"output on inputs scaled by {case.get('scale')}"
+            where = {"timing": "a timed call's output",
+                     "stress": f"output on {Stress.model_validate(case.get('stress') or {}).describe()}"
                      }.get(case["kind"], "output")
             res.message = f"{where} differs from the reference on shape {_fmt_shape(case['shape'])}: {mismatch.message}"
         return bool(chk["passed"])

@@ -45,6 +45,7 @@ def first_prompt(spec: ProblemSpec, backend: str, gpu: str, max_turns: int, refe
         spec.description.strip(),
         f"```python\n{reference.rstrip()}\n```",
         f"Timed shapes: {shapes}." if shapes else "",
+        f"At these shapes the problem is {spec.regime} on this GPU class (its roofline regime)." if spec.regime else "",
         _CONTRACT,
         "Rules for this problem: " + "; ".join(rules) + "." if rules else "",
         f"You have {max_turns} attempt(s); after each you get the compiler, correctness and profiler feedback.",

@@ -10,18 +10,32 @@ import torch
 
 
 def make_inputs(reference: ModuleType, shape: dict[str, int], seed: int, device: str,
-                scale: float = 1.0) -> list[Any]:
+                stress: dict[str, Any] | None = None) -> list[Any]:
     """``reference.get_inputs(**shape)`` drawn under `seed` with `device` as the default device,
     so large inputs are drawn on the GPU (its generator is seeded too); anything a reference
-    creates elsewhere is moved to `device`. A `scale` other than 1 multiplies every floating
-    input (a stress case)."""
+    creates elsewhere is moved to `device`. A `stress` (`kb_env.problem.Stress` as a dict)
+    transforms every floating input: times `scale`, and with `heavy_tail` times a Student-t
+    factor per element, drawn right after the inputs from the same seeded generator (so the
+    reference and candidate workers draw the same factors)."""
     torch.manual_seed(seed)
     with torch.device(device):
         inputs = reference.get_inputs(**shape)
-    inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
-    if scale != 1.0:
-        inputs = [x * scale if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+        if stress:
+            inputs = [_stressed(x, stress) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                      for x in inputs]
     return inputs
+
+
+def _stressed(x: torch.Tensor, stress: dict[str, Any]) -> torch.Tensor:
+    """`x` scaled by `stress["scale"]` and, with `stress["heavy_tail"]` = dof, each element times
+    sqrt(dof / chi2(dof)) (chi2 as a sum of dof squared normals), computed in float32."""
+    out = x.float() * float(stress.get("scale", 1.0))
+    dof = stress.get("heavy_tail")
+    if dof:
+        chi2 = torch.randn((int(dof), *x.shape), device=x.device).square().sum(0)
+        out = out * torch.sqrt(dof / chi2.clamp_min(1e-12))
+    return out.to(x.dtype)
 
 
 def rewrite_in_place(old: list[Any], new: list[Any]) -> list[Any]:

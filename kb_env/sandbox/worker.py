@@ -108,8 +108,8 @@ class _Role:
             self._models[key] = self.build(shape, param_seed)
         return self._models[key]
 
-    def inputs(self, shape: dict[str, int], seed: int, scale: float = 1.0) -> list[Any]:
-        return make_inputs(self.reference, shape, seed, self.device, scale)
+    def inputs(self, shape: dict[str, int], seed: int, stress: dict[str, Any] | None = None) -> list[Any]:
+        return make_inputs(self.reference, shape, seed, self.device, stress)
 
     def after_call_flags(self, threads_before: set[int]) -> list[str]:
         """Flags for what a call left behind (the candidate role checks; the reference trusts)."""
@@ -171,7 +171,7 @@ class ReferenceRole(_Role):
             shape = case["shape"]
             ref = make_reference_model(self.reference, shape, case["param_seed"]).to(self.device).eval()
             with torch.no_grad():
-                out = as_output_list(ref(*self.inputs(shape, case["seed"], case.get("scale", 1.0))))
+                out = as_output_list(ref(*self.inputs(shape, case["seed"], case.get("stress"))))
             self.expected[case["id"]] = [o.detach() for o in out]
             del ref
         return {"ok": True}
@@ -248,7 +248,7 @@ class CandidateRole(_Role):
         call's tensors (same storage), so a cache keyed on pointers or shapes returns stale data."""
         case = msg["case"]
         model = self.model(case["shape"], case["param_seed"])
-        inputs = self.inputs(case["shape"], case["seed"], case.get("scale", 1.0))
+        inputs = self.inputs(case["shape"], case["seed"], case.get("stress"))
         if case.get("in_place"):
             inputs = rewrite_in_place(self._last_inputs, inputs)
         self._last_inputs = inputs

@@ -1,0 +1,55 @@
+"""Stress inputs (`problem.yaml: stress`): the reference and candidate workers draw identical
+transformed inputs from one seed, the transform changes only floating tensors, and a heavy tail
+is really heavy."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from kb_env.sandbox.cases import make_inputs
+
+
+def _reference(n: int = 200_000):
+    """A stand-in reference module: one float input, one integer input."""
+    return SimpleNamespace(get_inputs=lambda n=n: [torch.randn(n), torch.randint(0, 10, (n,))])
+
+
+def _kurtosis(x: torch.Tensor) -> float:
+    x = x.double()
+    x = x - x.mean()
+    return float((x**4).mean() / (x**2).mean() ** 2)
+
+
+def test_same_seed_and_stress_draw_identical_inputs():
+    ref = _reference()
+    a = make_inputs(ref, {}, 7, "cpu", {"scale": 1.0, "heavy_tail": 3})
+    b = make_inputs(ref, {}, 7, "cpu", {"scale": 1.0, "heavy_tail": 3})
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    c = make_inputs(ref, {}, 8, "cpu", {"scale": 1.0, "heavy_tail": 3})
+    assert not torch.equal(a[0], c[0])
+
+
+def test_scale_multiplies_floating_inputs_only():
+    ref = _reference()
+    plain = make_inputs(ref, {}, 3, "cpu")
+    scaled = make_inputs(ref, {}, 3, "cpu", {"scale": 64.0, "heavy_tail": None})
+    assert torch.equal(scaled[0], plain[0] * 64)
+    assert torch.equal(scaled[1], plain[1])  # integer inputs are left alone
+
+
+def test_heavy_tail_turns_normal_inputs_student_t():
+    ref = _reference()
+    plain = make_inputs(ref, {}, 5, "cpu")[0]
+    heavy = make_inputs(ref, {}, 5, "cpu", {"scale": 1.0, "heavy_tail": 3})[0]
+    assert abs(_kurtosis(plain) - 3.0) < 0.1  # normal
+    assert _kurtosis(heavy) > 8  # Student-t with 3 dof: infinite in theory, large in any sample
+    assert float(heavy.abs().max()) > 3 * float(plain.abs().max())
+    assert torch.equal(torch.sign(heavy), torch.sign(plain))  # a positive factor per element
+
+
+def test_heavy_tail_keeps_the_dtype():
+    ref = SimpleNamespace(get_inputs=lambda: [torch.randn(1000).to(torch.bfloat16)])
+    out = make_inputs(ref, {}, 1, "cpu", {"scale": 0.5, "heavy_tail": 4})[0]
+    assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
