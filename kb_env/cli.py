@@ -22,14 +22,17 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
     problems = all_problems()
     if args.json:
-        print(json.dumps({n: {"description": s.description.strip().splitlines()[0], "interface": s.interface.value,
-                              "gpu_shapes": s.shapes.gpu, "cpu_shapes": s.shapes.cpu,
+        print(json.dumps({n: {"description": s.description.strip().splitlines()[0], "level": s.level,
+                              "interface": s.interface.value, "regime": s.regime, "baseline": s.baseline.value,
+                              "gpu_only": s.gpu_only, "gpu_shapes": s.shapes.gpu, "cpu_shapes": s.shapes.cpu,
                               "solutions": [p.name for p in s.solution_paths]} for n, s in problems.items()}, indent=2))
         return 0
     width = max((len(n) for n in problems), default=4)
-    print(f"{'problem':<{width}}  {'env id':<{width + 17}}  description")
-    for name, spec in problems.items():
-        print(f"{name:<{width}}  {spec.env_id():<{width + 17}}  {spec.description.strip().splitlines()[0]}")
+    print(f"{'problem':<{width}}  {'env id':<{width + 17}}  level  {'regime':<13}  {'baseline':<11}  description")
+    for name, spec in sorted(problems.items(), key=lambda kv: (kv[1].level, kv[0])):
+        regime = spec.regime or "-"
+        print(f"{name:<{width}}  {spec.env_id():<{width + 17}}  {spec.level:^5}  {regime:<13}  "
+              f"{spec.baseline.value:<11}  {spec.description.strip().splitlines()[0]}")
     return 0
 
 

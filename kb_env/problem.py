@@ -150,6 +150,8 @@ class ProblemSpec(_Strict):
 
     name: str
     description: str
+    level: int = Field(ge=1, le=4, description="KernelBench's levels: 1 a single operator, 2 a fused chain, "
+                                               "3 a whole block, 4 a whole-model or megakernel problem")
     interface: Interface = Interface.forward
     shapes: Shapes
     seeds: list[int] = Field(min_length=1, description="grading seeds, mixed with a secret per-evaluation salt")

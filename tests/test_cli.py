@@ -47,6 +47,8 @@ def test_list_prints_each_problem_and_env_id(capsys):
         assert line is not None, f"{name} missing from:\n{out}"
         assert f"KernelBench/{name}-v0" in line
         assert spec.description.strip().splitlines()[0][:30] in line
+        assert line.split()[2] == str(spec.level) and spec.baseline.value in line.split()
+        assert (spec.regime or "-") in line.split()
 
 
 def test_list_json_parses(capsys):
@@ -55,7 +57,8 @@ def test_list_json_parses(capsys):
     data = json.loads(out)
     assert set(data) == set(all_problems())
     soft = data["softmax"]
-    assert soft["interface"] == "forward"
+    assert soft["interface"] == "forward" and soft["level"] == 1 and soft["regime"] == "memory-bound"
+    assert soft["baseline"] == "eager" and soft["gpu_only"] is False
     assert soft["cpu_shapes"] == [dict(s) for s in get_problem("softmax").shapes.cpu]
     assert SOLUTION.name in soft["solutions"]
 

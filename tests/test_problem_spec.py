@@ -124,6 +124,8 @@ CASES = {
     "stress-unknown-key": (dict(stress=[{"shift": 3}]), "stress"),
     "stress-scales-retired": (dict(stress_scales=[64.0]), "stress_scales"),
     "regime-unknown": (dict(regime="latency-bound"), "regime"),
+    "level-missing": (dict(level=_DELETE), "level"),
+    "level-five": (dict(level=5), "level"),
     "gpu-shapes-empty": (dict(shapes={"gpu": [], "cpu": [{"rows": 2, "cols": 3}]}), "gpu"),
 }
 
