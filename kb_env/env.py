@@ -86,7 +86,7 @@ class KernelBenchEnv(gym.Env):
 
     def __init__(self, problem: str | ProblemSpec, device: str = "auto", max_turns: int = 4,
                  reward: str | Callable[..., float] = "default", timeout_s: float | None = None,
-                 render_mode: str | None = None, profile: bool = True,
+                 render_mode: str | None = None, profile: bool = True, launch_cap: bool = True,
                  evaluator: EvaluatesCandidates | None = None):
         if max_turns < 1:
             raise ValueError(f"max_turns must be at least 1, not {max_turns}")
@@ -98,7 +98,8 @@ class KernelBenchEnv(gym.Env):
         self.max_turns = max_turns
         self.reward_fn = get_reward(reward)
         self.render_mode = render_mode
-        self.evaluator = evaluator or Evaluator(self.spec_problem, self.mode, timeout_s, profile=profile)
+        self.evaluator = evaluator or Evaluator(self.spec_problem, self.mode, timeout_s, profile=profile,
+                                                launch_cap=launch_cap)
         self.reference = self.spec_problem.reference_source()
         self.observation_space = spaces.Dict({
             "reference": SourceText(MAX_TEXT),

@@ -72,6 +72,10 @@ def render(result: EvalResult, turn: int | None = None, max_turns: int | None = 
     if r.flags:
         lines.append("integrity flags (a flagged kernel earns no more than a wrong one):")
         lines += [f"- {flag}: {explain(flag)}" if explain(flag) else f"- {flag}" for flag in r.flags]
+        if "too_many_launches" in r.flags and r.kernel_launches is not None:
+            per = "step" if r.interface == "decode" else "call"
+            lines.append(f"  measured: {r.kernel_launches} kernel launches per {per}; this problem allows "
+                         f"{r.max_launches}")
     if r.message and r.error is not ErrorKind.integrity:
         label = {ErrorKind.compile_error: "compiler output", ErrorKind.runtime_error: "error",
                  ErrorKind.mismatch: "first mismatch"}.get(r.error, "details")
@@ -86,13 +90,17 @@ def render(result: EvalResult, turn: int | None = None, max_turns: int | None = 
     if r.timings:
         lines += ["", "## timing" + ("" if r.timing_meaningful else
                                      " (CPU mode: Triton interpreter, NOT meaningful; only correctness counts)")]
-        lines.append("| shape | yours (ms) | baseline (ms) | speedup | peak fraction | regime |")
-        lines.append("|---|---|---|---|---|---|")
+        decode = r.interface == "decode"
+        unit = "ms/token" if decode else "ms"
+        lines.append(f"| shape | yours ({unit}) | baseline ({unit}) | speedup | peak fraction | regime |"
+                     + (" tok/s |" if decode else ""))
+        lines.append("|---|---|---|---|---|---|" + ("---|" if decode else ""))
         for t in r.timings:
             pf = f"{t.peak_fraction:.3f}" if t.peak_fraction is not None else "n/a"
             speedup = f"{t.speedup:.2f}x" if r.timing_meaningful else "n/a"
+            tok = f" {1e3 / t.candidate.median_ms:.0f} |" if decode and r.timing_meaningful else (" n/a |" if decode else "")
             lines.append(f"| {_shape(t.shape)} | {t.candidate.median_ms:.4f} ±{t.candidate.rel_spread:.1%} | "
-                         f"{t.baseline.median_ms:.4f} | {speedup} | {pf} | {t.regime or 'n/a'} |")
+                         f"{t.baseline.median_ms:.4f} | {speedup} | {pf} | {t.regime or 'n/a'} |{tok}")
         if r.timing_meaningful and r.speedup is not None:
             pf = f", peak fraction {r.peak_fraction:.3f}" if r.peak_fraction is not None else ""
             lines.append(f"overall (geometric mean): speedup {r.speedup:.2f}x over the {r.baseline} baseline{pf}")

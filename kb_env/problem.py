@@ -123,6 +123,24 @@ class Shapes(_Strict):
         return self
 
 
+class DecodeCheck(_Strict):
+    """Correctness of one decode step (the `decode` interface), compared tensor by tensor: the next
+    hidden and every tensor of the returned state, by cosine similarity (robust to bf16 and fp8
+    arithmetic, near 0 for wrong answers).
+
+    - `min_cosine`: every returned tensor against the reference's;
+    - `min_delta_cosine`: what the step changed (returned minus fed, for tensors carried through at
+      the same shape): an echo of the input hidden or a stale state has no change at all, and
+      where the change is small against the carried value (a residual stream, a slowly decaying
+      state) the full cosine alone would pass it;
+    - `min_prefix_cosine`: a cache grown along its first dimension keeps the fed rows (they are
+      copies), and its new rows meet `min_cosine`."""
+
+    min_cosine: float = Field(gt=0, lt=1)
+    min_delta_cosine: float = Field(gt=0, lt=1)
+    min_prefix_cosine: float = Field(gt=0, le=1)
+
+
 class Stress(_Strict):
     """One extra correctness case per shape: the floating inputs of a fresh seed, transformed.
     `scale` multiplies them (a kernel fitted to randn-sized values fails: a softmax without
@@ -155,7 +173,9 @@ class ProblemSpec(_Strict):
     interface: Interface = Interface.forward
     shapes: Shapes
     seeds: list[int] = Field(min_length=1, description="grading seeds, mixed with a secret per-evaluation salt")
-    tolerance: dict[str, Tolerance] = Field(min_length=1, description="keyed by output dtype, e.g. 'float32'")
+    tolerance: dict[str, Tolerance] = Field(default_factory=dict, description="keyed by output dtype, e.g. 'float32' "
+                                                                          "(forward problems)")
+    decode: DecodeCheck | None = Field(default=None, description="the step's correctness bars (decode problems)")
     flops: str = Field(description="FLOPs of one forward call, an expression over the shape variables")
     bytes: str = Field(description="minimum bytes moved by one forward call, same variables")
     compute_dtype: DType = Field(description="which peak FLOP/s the flops are measured against")
@@ -187,6 +207,14 @@ class ProblemSpec(_Strict):
             unknown = _formula_names(getattr(self, field)) - variables
             if unknown:
                 raise ValueError(f"{field}: unknown variable(s) {sorted(unknown)}; shapes define {sorted(variables)}")
+        if self.interface is Interface.forward and not self.tolerance:
+            raise ValueError("tolerance: a forward problem needs at least one output dtype's tolerance")
+        if self.interface is Interface.decode:
+            if self.decode is None:
+                raise ValueError("decode: a decode problem needs its step's correctness bars (min_cosine, ...)")
+            if any(s.get("steps", 0) < 2 or "context" not in s for s in self.shapes.gpu + self.shapes.cpu):
+                raise ValueError("shapes: every decode shape needs `context` and `steps` (2 or more chained steps "
+                                 "per timed run)")
         for dtype in self.tolerance:
             if dtype not in {"float64", "float32", "float16", "bfloat16", "int64", "int32", "bool"}:
                 raise ValueError(f"tolerance: unknown dtype {dtype!r}")
@@ -322,12 +350,24 @@ def get_problem(name: str) -> ProblemSpec:
 
 
 def import_file(path: Path, module_name: str) -> ModuleType:
-    """Import a Python file as a fresh module (not added to sys.modules)."""
+    """Import a Python file as a fresh module. It is in sys.modules while it executes, as in a
+    plain import (a dataclass under postponed annotations looks its module up there), and taken
+    out again afterwards."""
+    import sys
+
     spec = importlib.util.spec_from_file_location(module_name, str(path))
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    previous = sys.modules.get(module_name)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        if previous is None:
+            sys.modules.pop(module_name, None)
+        else:
+            sys.modules[module_name] = previous
     return module
 
 
@@ -337,5 +377,7 @@ def import_source(source: str, module_name: str, filename: str) -> ModuleType:
     evaluation changes nothing."""
     module = ModuleType(module_name)
     module.__file__ = filename
-    exec(compile(source, filename, "exec"), module.__dict__)  # noqa: S102 (trusted problem code)
+    # dont_inherit: the problem's code gets its own __future__ flags, not this module's (postponed
+    # annotations would leave a dataclass in it unable to resolve them outside sys.modules)
+    exec(compile(source, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102 (trusted problem code)
     return module

@@ -7,7 +7,6 @@ from conftest import requires_cpu_mode
 
 from kb_env import get_problem
 from kb_env.evaluate.evaluator import Evaluator, derive_seed
-from kb_env.problem import Interface
 
 
 @requires_cpu_mode
@@ -32,9 +31,6 @@ def test_bad_arguments():
         Evaluator(spec, "gpu")
     with pytest.raises(ValueError, match="timeout_s"):
         Evaluator(spec, "cpu", timeout_s=0)
-    decode = spec.model_copy(update={"interface": Interface.decode})
-    with pytest.raises(NotImplementedError, match="decode"):
-        Evaluator(decode, "cpu")
 
 
 def test_seeds_are_derived_from_the_salt():

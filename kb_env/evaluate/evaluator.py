@@ -119,19 +119,18 @@ class _Budget:
 
 class _Confirm:
     """Makes the extra batches of a wall-clock confirmation for one shape: each like a timed
-    round after the first, on fresh seeds from the secret salt; the kept calls' cases go to the
-    reference worker so that their outputs are checked."""
+    round after the first, on fresh seeds from the secret salt; the kept calls' cases (made by
+    `kept_cases`, as for the rounds) go to the reference worker so that their outputs are checked."""
 
-    def __init__(self, ref: WorkerProcess, base: dict[str, Any], sets: list[dict[str, Any]], timing: dict[str, int],
-                 salt: int, shape_index: int):
-        self.ref, self.base, self.keep, self.salt, self.si = ref, base, len(sets), salt, shape_index
+    def __init__(self, ref: WorkerProcess, base: dict[str, Any], timing: dict[str, int], salt: int, shape_index: int,
+                 per: int, kept_cases: Callable[[list[int], str], list[dict[str, Any]]]):
+        self.ref, self.base, self.salt, self.si, self.per = ref, base, salt, shape_index, per
         self.reps, self.warmup = timing["reps"], min(2, timing["warmup"])
-        self.case = {k: sets[0][k] for k in ("kind", "shape", "shape_index", "param_seed")} if sets else {}
+        self.kept_cases = kept_cases
 
     def batch(self, attempt: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         seeds = [derive_seed(self.salt, f"timing:{self.si}:confirm{attempt}:{i}") for i in range(self.reps + self.warmup)]
-        sets = [{**self.case, "id": f"c{self.si}.{attempt}.{j}", "seed_index": j, "seed": seed}
-                for j, seed in enumerate(seeds[len(seeds) - self.keep:])] if self.keep else []
+        sets = self.kept_cases(seeds, f"c{attempt}.") if self.base.get("keep") else []
         return {**self.base, "seeds": seeds, "warmup": self.warmup}, sets
 
 
@@ -141,18 +140,19 @@ class Evaluator:
     in the feedback, and the kernel checks (own share, launch cap, side streams, late work)."""
 
     def __init__(self, spec: ProblemSpec, mode: str, timeout_s: float | None = None,
-                 progress: Callable[[str], None] | None = None, profile: bool = True):
+                 progress: Callable[[str], None] | None = None, profile: bool = True, launch_cap: bool = True):
         if mode not in ("cuda", "cpu"):
             raise ValueError(f"mode must be 'cuda' or 'cpu', not {mode!r}")
         if mode == "cpu" and spec.gpu_only:
             raise ValueError(f"{spec.name} is GPU-only (it declares no CPU shapes); evaluate it in CUDA mode on a GPU")
-        if spec.interface is not Interface.forward:
-            raise NotImplementedError(f"{spec.name}: the {spec.interface.value!r} interface is not evaluated yet")
         if timeout_s is not None and timeout_s <= 0:
             raise ValueError(f"timeout_s must be positive, not {timeout_s}")
+        if not launch_cap:  # the problem's launch cap off (plain fused-kernel work on a megakernel problem)
+            spec = spec.model_copy(update={"forbidden": spec.forbidden.model_copy(update={"max_launches": None})})
         self.spec = spec
         self.mode = mode
         self.profile = profile
+        self.decode = spec.interface is Interface.decode
         self.timeout_s = timeout_s if timeout_s is not None else spec.limits.load_s + spec.limits.run_s
         self._report = progress or (lambda stage: None)
         self._local = threading.local()
@@ -177,7 +177,8 @@ class Evaluator:
         self._local.clock = stages  # per thread: one Evaluator may serve several threads at once
         salt = secrets.randbits(63) if salt is None else salt
         res = EvalResult(problem=self.spec.name, mode=self.mode, baseline=self.spec.baseline.value,
-                         timing_meaningful=False)
+                         timing_meaningful=False, interface=self.spec.interface.value,
+                         max_launches=self.spec.forbidden.max_launches)
         static = check_source(source, self.spec.forbidden.imports)
         if static.error:
             res.error, res.message = ErrorKind.compile_error, static.error
@@ -209,7 +210,7 @@ class Evaluator:
                              max_memory_bytes=self.spec.limits.max_memory_mb << 20)
         try:
             common = {"op": "setup", "mode": self.mode, "problem_dir": str(self.spec.folder),
-                      "reference_source": self.reference_source}
+                      "reference_source": self.reference_source, "interface": self.spec.interface.value}
             ref.send({**common, "role": "reference", "baseline": self.spec.baseline.value,
                       "baseline_source": self.baseline_source, "spec": self.spec.model_dump(mode="json")})
             cand.send({**common, "role": "candidate", "candidate_path": str(cand_path),
@@ -262,17 +263,15 @@ class Evaluator:
         cases += [{"id": f"s{si}.{k}", "kind": "stress", "shape": shape, "shape_index": si, "seed_index": k,
                    "seed": derive_seed(salt, f"stress:{k}"), "param_seed": param_seed, "stress": stress.model_dump()}
                   for si, shape in enumerate(shapes) for k, stress in enumerate(spec.stress)]
-        # A fresh seed for every timed call; the last `input_sets` calls of a shape are checked.
+        # A fresh seed for every timed call (decode: every timed run of chained steps); the last
+        # `input_sets` calls of a shape are checked (decode: the last run's first and last steps).
         calls = {(si, r): [derive_seed(salt, f"timing:{si}:{r}:{i}")
                            for i in range(timing["reps"] + (timing["warmup"] if r == 0 else min(2, timing["warmup"])))]
                  for si in range(len(shapes)) for r in range(timing["rounds"])}
-        keep = min(timing["input_sets"], timing["reps"])
-        timed = [{"id": f"t{si}.{j}", "kind": "timing", "shape": shape, "shape_index": si, "seed_index": j,
-                  "seed": seed, "param_seed": param_seed}
-                 for si, shape in enumerate(shapes)
-                 for j, seed in enumerate(calls[(si, timing["rounds"] - 1)][-keep:])]
+        timed = [case for si, shape in enumerate(shapes)
+                 for case in self._kept_cases(si, shape, calls[(si, timing["rounds"] - 1)], param_seed, timing, "t")]
         self.progress("reference outputs")
-        self._ref(ref, {"op": "reference_outputs", "cases": cases + timed})
+        self._ref(ref, {"op": "reference_outputs", "cases": cases + [c for c in timed if not c.get("teacher_forced")]})
 
         self.progress("loading the candidate")
         flags: set[str] = set()
@@ -293,7 +292,7 @@ class Evaluator:
             if not reply.get("ok"):
                 self._fail(res, reply, flags, ops, case)
                 return
-            if not self._check(ref, case, _outputs(reply.get("outputs")), res):
+            if not self._check(ref, case, _outputs(reply.get("outputs")), res, reply.get("names")):
                 self._finish(res, flags, ops)
                 return
         res.correct = True
@@ -302,8 +301,22 @@ class Evaluator:
             self._profile(cand, budget, shapes, param_seed, salt, res, flags)
         self._finish(res, flags, ops)
 
-    def _check(self, ref: WorkerProcess, case: dict[str, Any], outputs: list, res: EvalResult) -> bool:
-        chk = self._ref(ref, {"op": "check", "case_id": case["id"], "outputs": outputs})
+    def _kept_cases(self, si: int, shape: dict[str, int], seeds: list[int], param_seed: int, timing: dict[str, int],
+                    tag: str) -> list[dict[str, Any]]:
+        """The cases whose outputs a timed batch keeps for checking: a forward problem's last
+        `input_sets` calls; a decode problem's last run's first step (from the fresh state of its
+        seed) and last step (teacher-forced: from the state the candidate's own previous step
+        returned, its reference computed once that state is known)."""
+        base = {"kind": "timing", "shape": shape, "shape_index": si, "param_seed": param_seed}
+        if self.decode:
+            return [{**base, "id": f"{tag}{si}.first", "seed_index": 0, "seed": seeds[-1]},
+                    {**base, "id": f"{tag}{si}.last", "seed_index": 1, "seed": seeds[-1], "teacher_forced": True}]
+        keep = min(timing["input_sets"], timing["reps"])
+        return [{**base, "id": f"{tag}{si}.{j}", "seed_index": j, "seed": seed} for j, seed in enumerate(seeds[-keep:])]
+
+    def _check(self, ref: WorkerProcess, case: dict[str, Any], outputs: list, res: EvalResult,
+               names: list[str] | None = None) -> bool:
+        chk = self._ref(ref, {"op": "check", "case_id": case["id"], "outputs": outputs, "names": _str_list(names)})
         mismatch = Mismatch.model_validate(chk["mismatch"]) if chk["mismatch"] else None
         res.checks.append(CaseCheck(kind=case["kind"], shape=case["shape"], seed_index=case["seed_index"],
                                     ok=chk["passed"], rel_l2_err=_finite(chk.get("rel_l2_err")),
@@ -326,6 +339,7 @@ class Evaluator:
             self.progress(f"timing {si + 1}/{len(shapes)} ({_fmt_shape(shape)})")
             sets = [c for c in timed if c["shape_index"] == si]
             base = {"op": "time", "shape": shape, "param_seed": param_seed, "keep": len(sets)}
+            per = shape["steps"] if self.decode else 1  # timed calls per seed: a decode run's chained steps
             cand_ms: list[float] = []
             base_ms: list[float] = []
             walls: list[float] = []
@@ -333,7 +347,7 @@ class Evaluator:
                 seeds = calls[(si, r)]
                 req = {**base, "seeds": seeds, "warmup": len(seeds) - timing["reps"]}
                 base_ms += self._ref(ref, {**req, "keep": 0})["times_ms"]
-                got = self._round(cand, budget, req, timing["reps"], res, flags)
+                got = self._round(cand, budget, req, timing["reps"] * per, res, flags)
                 if got is None:
                     return
                 cand_ms += got[0]
@@ -345,7 +359,8 @@ class Evaluator:
             st = ShapeTiming(shape=shape, candidate=cand_s, baseline=base_s, speedup=base_s.median_ms / cand_s.median_ms,
                              flops=flops, bytes=nbytes, arithmetic_intensity=flops / nbytes)
             if self.mode == "cuda":
-                confirm = _Confirm(ref, base, sets, timing, salt, si)
+                confirm = _Confirm(ref, base, timing, salt, si, per,
+                                   lambda seeds, tag: self._kept_cases(si, shape, seeds, param_seed, timing, tag))
                 st.wall_check_ms = self._wall_check(cand, budget, base, walls, cand_s, confirm, res, flags)
                 if not res.correct:
                     return
@@ -368,7 +383,8 @@ class Evaluator:
         call; None (and the result failed) when the batch itself failed."""
         t0 = time.perf_counter()
         reply = cand.request(req, budget.left())
-        wall = (time.perf_counter() - t0) * 1e3 / len(req["seeds"])
+        per = req["shape"]["steps"] if self.decode else 1
+        wall = (time.perf_counter() - t0) * 1e3 / (len(req["seeds"]) * per)
         flags.update(_str_list(reply.get("integrity")))
         flags.update(_str_list(reply.get("flags")))
         if not reply.get("ok"):
@@ -387,9 +403,39 @@ class Evaluator:
         reply = cand.request({"op": "outputs"}, budget.left())
         flags.update(_str_list(reply.get("integrity")))
         outputs = reply.get("outputs")
+        if self.decode:
+            return self._check_kept_steps(ref, sets, outputs, res)
         if not isinstance(outputs, list) or len(outputs) != len(sets):
             raise ProtocolViolation(f"sent {type(outputs).__name__} for the timed outputs")
         return all(self._check(ref, case, _outputs(outs), res) for case, outs in zip(sets, outputs))
+
+    def _check_kept_steps(self, ref: WorkerProcess, sets: list[dict[str, Any]], outputs: Any, res: EvalResult) -> bool:
+        """Decode: the last timed run's first step against the reference from the same fresh state,
+        and its last step against a reference step from the state the candidate's own previous
+        step returned (so every step of a run must compute the step, not only the first)."""
+        if not isinstance(outputs, list) or len(outputs) != 3:
+            raise ProtocolViolation(f"sent {type(outputs).__name__} for the kept decode steps")
+        for kept in outputs:
+            if kept is not None and not (isinstance(kept, dict) and isinstance(kept.get("names"), list)):
+                raise ProtocolViolation("a kept decode step is not {names, values}")
+        first, last_in, last_out = outputs
+        first_case, last_case = sets
+        if first is None or last_in is None or last_out is None:
+            return self._invalid_step(res, first_case, "a timed step returned something other than (hidden, state)")
+        if not self._check(ref, first_case, _outputs(first["values"]), res, first["names"]):
+            return False
+        reply = self._ref(ref, {"op": "reference_step", "case": last_case, "names": _str_list(last_in["names"]),
+                                "values": _outputs(last_in["values"])})
+        if not reply.get("usable"):
+            return self._invalid_step(res, last_case, f"the state a timed step returned cannot be fed back: "
+                                                      f"{reply.get('message', '')}")
+        return self._check(ref, last_case, _outputs(last_out["values"]), res, last_out["names"])
+
+    def _invalid_step(self, res: EvalResult, case: dict[str, Any], message: str) -> bool:
+        res.correct, res.error, res.message = False, ErrorKind.mismatch, message
+        res.checks.append(CaseCheck(kind=case["kind"], shape=case["shape"], seed_index=case["seed_index"], ok=False,
+                                    mismatch=Mismatch(output=0, reason="invalid", message=message)))
+        return False
 
     def _wall_check(self, cand: WorkerProcess, budget: _Budget, base: dict[str, Any], walls: list[float],
                     samples: Samples, confirm: _Confirm, res: EvalResult, flags: set[str]) -> float:
@@ -406,7 +452,7 @@ class Evaluator:
             n = confirm.reps + confirm.warmup
             t0 = time.perf_counter()
             cand.request({**base, "seeds": list(range(n)), "warmup": 0, "keep": 0, "flush_only": True}, budget.left())
-            return (time.perf_counter() - t0) * 1e3 / n
+            return (time.perf_counter() - t0) * 1e3 / (n * confirm.per)
 
         wall = min(walls[1:] or walls) - flush_ms()
         for attempt in range(WALL_CHECK_CONFIRM + 1):
@@ -417,8 +463,8 @@ class Evaluator:
             self.progress(f"confirming the wall clock ({attempt + 1}/{WALL_CHECK_CONFIRM})")
             req, sets = confirm.batch(attempt)
             if sets:
-                self._ref(confirm.ref, {"op": "reference_outputs", "cases": sets})
-            got = self._round(cand, budget, req, confirm.reps, res, flags)
+                self._ref(confirm.ref, {"op": "reference_outputs", "cases": [c for c in sets if not c.get("teacher_forced")]})
+            got = self._round(cand, budget, req, confirm.reps * confirm.per, res, flags)
             if got is None or not self._check_kept(confirm.ref, cand, budget, sets, res, flags):
                 return wall
             wall = min(wall, got[1] - flush_ms())

@@ -141,6 +141,10 @@ class EvalResult(_Model):
     speedup: float | None = Field(default=None, description="geometric mean over shapes")
     peak_fraction: float | None = Field(default=None, description="geometric mean over shapes")
     baseline: str = "eager"
+    interface: str = Field(default="forward", description="'forward' (one call) or 'decode' (one step: times are "
+                                                          "per token)")
+    max_launches: int | None = Field(default=None, description="the kernel launches per call the problem allowed "
+                                                               "(None: no cap)")
     torch_ops: list[str] = Field(default_factory=list, description="ATen operators the candidate ran")
     device: DeviceInfo | None = None
     candidate_output: str = Field(default="", description="tail of what the candidate printed")

@@ -57,10 +57,13 @@ def init_inputs(reference: ModuleType, shape: dict[str, int]) -> list[Any]:
     return list(reference.get_init_inputs(**shape))
 
 
-def make_reference_model(reference: ModuleType, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
-    """The reference Model with weights drawn under `param_seed`, on the CPU."""
+def make_reference_model(reference: ModuleType, shape: dict[str, int], param_seed: int,
+                         device: str = "cpu") -> torch.nn.Module:
+    """The reference Model with weights drawn under `param_seed`, on `device` (the CPU for forward
+    problems; a decode problem's block of weights is drawn on the GPU in CUDA mode)."""
     torch.manual_seed(param_seed)
-    return reference.Model(*init_inputs(reference, shape))
+    with torch.device(device):
+        return reference.Model(*init_inputs(reference, shape))
 
 
 def as_output_list(out: Any) -> list[Any]:

@@ -73,3 +73,53 @@ def time_cpu(fn: Callable[..., Any], make: Callable[[int], list[Any]], seeds: li
         if i >= len(timed) - keep:
             last.append(out)
     return times, last
+
+
+def time_decode(step: Callable[..., Any], make: Callable[[int], list[Any]], seeds: list[int], warmup: int,
+                steps: int, device: str, keep: bool, call: bool = True,
+                snapshot: Callable[[Any], Any] | None = None) -> tuple[list[float], list[Any]]:
+    """Per-step times in ms of decode runs: one run per seed (inputs ``[hidden, state]`` freshly
+    drawn by `make(seed)`), `steps` chained steps each (a step's returned state is the next one's),
+    the first `warmup` runs untimed. On CUDA: events around each step, the L2 flushed before it.
+
+    After every step the returned tensors are copied (`snapshot`, outside the timed region, in every
+    run alike, so no run looks different from another); with `keep`, the last run's copies after
+    its first step, before its last step and after it are returned (the trusted side checks the
+    first against a reference from the same fresh state, and the last against a reference step
+    from the candidate's own state before it). With `call=False` nothing is called (the harness's
+    own overhead: fresh inputs and flushes, for the wall-clock check)."""
+    cuda = device != "cpu"
+    flush = l2_flush_buffer(device) if cuda else None
+    times: list[float] = []
+    kept: list[Any] = []
+    for r, seed in enumerate(seeds):
+        hidden, state = make(seed)
+        last = keep and r == len(seeds) - 1
+        starts = [_Event(enable_timing=True) for _ in range(steps)] if cuda else []
+        ends = [_Event(enable_timing=True) for _ in range(steps)] if cuda else []
+        walls: list[float] = []
+        for s in range(steps):
+            if cuda:
+                _zero(flush)
+                _record(starts[s])
+            t0 = _perf_counter()
+            if call:
+                hidden, state = step(hidden, state)
+            if cuda:
+                _record(ends[s])
+            else:
+                walls.append((_perf_counter() - t0) * 1e3)
+            copy = snapshot((hidden, state)) if call and snapshot is not None else None
+            if last and s in {0, steps - 2, steps - 1}:
+                kept.append((s, copy))
+        if cuda:
+            _sync()
+            walls = [_elapsed(a, b) for a, b in zip(starts, ends)]
+        if r >= warmup:
+            times += walls
+        del hidden, state
+    out = []
+    if keep:
+        by_step = dict(kept)
+        out = [by_step[0], by_step[steps - 2], by_step[steps - 1]]
+    return times, out

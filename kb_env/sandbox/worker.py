@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from . import kprofile, l2guard, timing  # bind what they call now, before any candidate code exists
+from . import decode, kprofile, l2guard, timing  # bind what they call now, before any candidate code exists
 from .cases import (as_output_list, describe_output_problem, init_inputs, make_inputs, make_reference_model,
                     rewrite_in_place)
 from .importguard import ImportGuard
@@ -93,6 +93,9 @@ class _Role:
             torch.zeros(1, device="cuda")
             l2guard.reset(torch.cuda.current_stream().cuda_stream)
         self.problem_dir = Path(msg["problem_dir"])
+        self.decode = msg.get("interface", "forward") == "decode"
+        # a decode problem's weights (a whole model block) are drawn on the device, in both workers alike
+        self.weights_device = self.device if self.decode else "cpu"
         self.reference = import_source(msg["reference_source"], "kb_reference", str(self.problem_dir / "reference.py"))
         self._models: dict[tuple, torch.nn.Module] = {}
         self._kept: list[Any] = []  # outputs of the last timed calls, until fetched
@@ -125,6 +128,15 @@ class _Role:
 
         self._last_inputs = []  # correctness is over: free its inputs before timing
         threads = {t.ident for t in _enumerate_threads()}
+        if self.decode:
+            with torch.no_grad():
+                if self.mode == "cuda":
+                    l2guard.reset(torch.cuda.current_stream().cuda_stream)
+                times, last = timing.time_decode(model.step, make, msg["seeds"], msg["warmup"], msg["shape"]["steps"],
+                                                 self.device, bool(msg["keep"]), call=not msg.get("flush_only", False),
+                                                 snapshot=decode.snapshot)
+            self._kept = last
+            return {"ok": True, "times_ms": times, "flags": self.after_call_flags(threads)}
         with torch.no_grad():
             if self.mode == "cuda":
                 l2guard.reset(torch.cuda.current_stream().cuda_stream)
@@ -136,9 +148,17 @@ class _Role:
         return {"ok": True, "times_ms": times, "flags": self.after_call_flags(threads)}
 
     def outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """The outputs kept from the last timed batch (sent apart, so the transfer is not in its wall time)."""
+        """The outputs kept from the last timed batch (sent apart, so the transfer is not in its wall time).
+        Decode: the last run's copies after its first step, before its last and after it, each as
+        {names, values} (None where a step returned no (hidden, state) pair)."""
         kept, self._kept = self._kept, []
+        if self.decode:
+            return {"ok": True, "outputs": [None if k is None else {"names": k[0], "values": k[1]} for k in kept]}
         return {"ok": True, "outputs": [as_output_list(o) for o in kept]}
+
+    def step_inputs(self, shape: dict[str, int], seed: int) -> list[Any]:
+        """A decode case's [hidden, state]."""
+        return self.inputs(shape, seed)
 
 
 class ReferenceRole(_Role):
@@ -155,9 +175,10 @@ class ReferenceRole(_Role):
         self.expected: dict[str, list[torch.Tensor]] = {}
 
     def build(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
-        ref = make_reference_model(self.reference, shape, param_seed)
+        ref = make_reference_model(self.reference, shape, param_seed, self.weights_device)
         if self.baseline_module is not None:
-            base = self.baseline_module.Model(*init_inputs(self.reference, shape))
+            with torch.device(self.weights_device):
+                base = self.baseline_module.Model(*init_inputs(self.reference, shape))
             base.load_state_dict(ref.state_dict(), strict=True)
             ref = base
         ref = ref.to(self.device).eval()
@@ -165,22 +186,66 @@ class ReferenceRole(_Role):
             ref = torch.compile(ref)
         return ref
 
+    def _oracle(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
+        """The eager reference model (never the baseline), kept while cases of one shape follow."""
+        key = ("oracle", *_shape_key(shape, param_seed))
+        if getattr(self, "_oracle_key", None) != key:
+            self._oracle_model = None  # one model at a time: a decode block is a gigabyte
+            self._oracle_model = make_reference_model(self.reference, shape, param_seed,
+                                                      self.weights_device).to(self.device).eval()
+            self._oracle_key = key
+        return self._oracle_model
+
     def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
-        """Compute and keep the reference outputs of each case (eager reference, not the baseline)."""
+        """Compute and keep the reference outputs of each case (eager reference, not the baseline).
+        A decode case keeps its fed inputs by name too (the checker compares what a step changed)."""
         for case in msg["cases"]:
             shape = case["shape"]
-            ref = make_reference_model(self.reference, shape, case["param_seed"]).to(self.device).eval()
+            ref = self._oracle(shape, case["param_seed"]) if self.decode else \
+                make_reference_model(self.reference, shape, case["param_seed"]).to(self.device).eval()
+            inputs = self.inputs(shape, case["seed"], case.get("stress"))
             with torch.no_grad():
-                out = as_output_list(ref(*self.inputs(shape, case["seed"], case.get("stress"))))
-            self.expected[case["id"]] = [o.detach() for o in out]
+                if self.decode:
+                    _, fed = decode.flatten(inputs[0], inputs[1])
+                    names, out = decode.flatten_step(ref.step(*inputs))
+                    self.expected[case["id"]] = {"names": names, "outputs": [o.detach() for o in out], "fed": fed}
+                else:
+                    out = as_output_list(ref(*inputs))
+                    self.expected[case["id"]] = [o.detach() for o in out]
             del ref
         return {"ok": True}
 
+    def reference_step(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """Decode, teacher-forced: keep the reference step from a fed state given by name (the state
+        a candidate's own earlier step returned), to check the candidate's step from that state."""
+        names, values = msg["names"], msg["values"]
+        if not isinstance(names, list) or not isinstance(values, list) or len(names) != len(values) \
+                or not all(isinstance(v, torch.Tensor) for v in values):
+            return {"ok": True, "usable": False, "message": "the kept state is not a list of named tensors"}
+        try:
+            fed = decode.unflatten(names, [v.to(self.device) for v in values])
+            expected_names, _ = decode.flatten(*self.inputs(msg["case"]["shape"], msg["case"]["seed"]))
+        except decode.StepShapeError as exc:
+            return {"ok": True, "usable": False, "message": str(exc)}
+        if names != expected_names:
+            return {"ok": True, "usable": False, "message": f"the state's tensors are {names}, expected {expected_names}"}
+        ref = self._oracle(msg["case"]["shape"], msg["case"]["param_seed"])
+        with torch.no_grad():
+            out_names, out = decode.flatten_step(ref.step(*fed))
+        self.expected[msg["case"]["id"]] = {"names": out_names, "outputs": [o.detach() for o in out],
+                                            "fed": decode.flatten(*fed)[1]}
+        return {"ok": True, "usable": True}
+
     def check(self, msg: dict[str, Any]) -> dict[str, Any]:
         from ..evaluate.correctness import compare_outputs
+        from ..evaluate.decode_check import compare_step
 
         expected = self.expected[msg["case_id"]]
-        ok, mismatch, stats = compare_outputs(msg["outputs"], expected, self.spec.tolerance)
+        if self.decode:
+            ok, mismatch, stats = compare_step(msg.get("names"), msg["outputs"], expected["names"], expected["outputs"],
+                                               expected["fed"], self.spec.decode)
+        else:
+            ok, mismatch, stats = compare_outputs(msg["outputs"], expected, self.spec.tolerance)
         return {"ok": True, "passed": ok, "mismatch": mismatch.model_dump() if mismatch else None, **stats}
 
     def device_info(self) -> dict[str, Any]:
@@ -231,7 +296,7 @@ class CandidateRole(_Role):
         return flags
 
     def build(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
-        state = make_reference_model(self.reference, shape, param_seed).state_dict()
+        state = make_reference_model(self.reference, shape, param_seed, self.weights_device).state_dict()
         args = init_inputs(self.reference, shape)
         try:
             model = self.cls(*args)
@@ -241,6 +306,9 @@ class CandidateRole(_Role):
             model.load_state_dict(state, strict=True)
         except RuntimeError as exc:
             raise RuntimeError(f"ModelNew must load the reference's state_dict strictly: {exc}") from None
+        del state
+        if self.decode and not callable(getattr(model, "step", None)):
+            raise TypeError(f"{self.cls.__name__} has no step(hidden, state) method (this is a decode problem)")
         return model.to(self.device).eval()
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
@@ -255,18 +323,27 @@ class CandidateRole(_Role):
         recorder = OpRecorder()
         threads = {t.ident for t in _enumerate_threads()}
         with torch.no_grad(), recorder:
-            out = model(*inputs)
+            out = model.step(*inputs) if self.decode else model(*inputs)
         if self.mode == "cuda":
             timing._sync()
         flags = self.after_call_flags(threads) + ([] if recorder.intact else ["dispatch_mode_removed"])
-        outs = as_output_list(out)
+        names = None
+        if self.decode:
+            try:
+                names, outs = decode.flatten_step(out)
+            except decode.StepShapeError as exc:
+                return {"ok": False, "error": "mismatch", "message": str(exc), "ops": sorted(recorder.ops),
+                        "output_flags": flags}
+        else:
+            outs = as_output_list(out)
         for o in outs:
             problem = describe_output_problem(o, self.device)
             if problem:
                 flags += ["tensor_subclass"] if "subclass" in problem else []
                 return {"ok": False, "error": "mismatch", "message": problem, "ops": sorted(recorder.ops),
                         "output_flags": flags}
-        return {"ok": True, "outputs": [o.detach() for o in outs], "ops": sorted(recorder.ops), "output_flags": flags}
+        return {"ok": True, "outputs": [o.detach() for o in outs], "names": names, "ops": sorted(recorder.ops),
+                "output_flags": flags}
 
     def profile(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Kernel records of one call under the profiler (CUDA mode; see `kprofile`)."""
@@ -274,7 +351,13 @@ class CandidateRole(_Role):
         model = self.model(shape, msg["param_seed"])
         threads = {t.ident for t in _enumerate_threads()}
         with torch.no_grad():
-            records = kprofile.profile_call(model, self.inputs(shape, msg["seed"]), self.device)
+            if self.decode:  # a step in the steady state: two chained steps first, then the profiled one
+                hidden, state = self.inputs(shape, msg["seed"])
+                for _ in range(2):
+                    hidden, state = model.step(hidden, state)
+                records = kprofile.profile_call(model.step, [hidden, state], self.device)
+            else:
+                records = kprofile.profile_call(model, self.inputs(shape, msg["seed"]), self.device)
         return {"ok": True, "kernels": records, "flags": self.after_call_flags(threads)}
 
 
@@ -312,7 +395,8 @@ def _serve(channel: Channel) -> int:
             elif role is None:
                 reply = {"ok": False, "error": "runtime_error", "message": f"{op!r} before setup"}
             else:
-                handler = getattr(role, op, None) if op in {"run", "time", "outputs", "profile", "reference_outputs", "check"} else None
+                handler = getattr(role, op, None) if op in {"run", "time", "outputs", "profile", "reference_outputs",
+                                                            "reference_step", "check"} else None
                 if handler is None:
                     reply = {"ok": False, "error": "runtime_error", "message": f"unknown request {op!r}"}
                 else:
