@@ -15,6 +15,7 @@ import torch
 from conftest import requires_cpu_mode, requires_cuda
 
 import kb_env  # noqa: F401 (registers the environments)
+import kb_env.feedback
 from kb_env import get_problem
 from kb_env.evaluate.decode_check import compare_step, cosine
 from kb_env.evaluate.evaluator import Evaluator
@@ -395,10 +396,21 @@ Model.step = _lazy_step
     assert failed and failed[0].kind == "timing"
 
 
+def _small_gpu_spec():
+    """One GPU shape (short runs), one seed, one timing round: the launch-cap tests time little."""
+    from kb_env.problem import Shapes, Timing
+
+    shape = {**GPU0, "steps": 4}
+    return SPEC.model_copy(update={"shapes": Shapes(gpu=[shape], cpu=SPEC.shapes.cpu), "seeds": [0],
+                                   "timing": Timing(warmup=1, reps=3, rounds=1, input_sets=1)})
+
+
 @requires_cuda
 def test_on_a_gpu_the_launch_cap_flags_a_multi_kernel_step_with_its_count():
-    src = SPEC.reference_source()
-    capped = Evaluator(SPEC, "cuda").evaluate(src)
-    assert capped.correct and "too_many_launches" in capped.flags and capped.kernel_launches > 1
-    uncapped = Evaluator(SPEC, "cuda", launch_cap=False).evaluate(src)
+    """The bf16 baseline as a candidate: a correct step of hundreds of kernels."""
+    spec, src = _small_gpu_spec(), (SPEC.folder / "baseline.py").read_text()
+    capped = Evaluator(spec, "cuda").evaluate(src)
+    assert capped.correct and "too_many_launches" in capped.flags and capped.kernel_launches > 50
+    assert f"{capped.kernel_launches} kernel launches per step" in kb_env.feedback.render(capped)
+    uncapped = Evaluator(spec, "cuda", launch_cap=False).evaluate(src)
     assert uncapped.correct and "too_many_launches" not in uncapped.flags and uncapped.max_launches is None

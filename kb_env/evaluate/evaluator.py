@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import math
 import secrets
+import statistics
 import tempfile
 import threading
 import time
@@ -37,8 +38,13 @@ CPU_TIMING = {"warmup": 1, "reps": 3, "rounds": 1, "input_sets": 1}
 # per call (less the flush), once that is long enough to measure over launch overhead. Honest
 # candidates reported 1.0 to 1.9 times that wall clock on an H200 (benchmarks/RESULTS.md runs).
 WALL_CHECK_FRACTION = 0.2
-WALL_CHECK_MIN_MS = 0.05
-WALL_CHECK_CONFIRM = 2  # extra batches that must agree before the wall clock flags
+WALL_CHECK_MIN_MS = 0.02
+WALL_CHECK_CONFIRM = 2  # extra estimates taken when the first says "implausible"; the median decides
+# Each estimate times a dedicated batch long enough that a request's fixed cost and host jitter
+# (about a millisecond) are a few percent of it: short batches (a --quick round is 12 calls of
+# 0.1 ms) gave estimates from -0.08 to +0.3 ms per call for the same honest kernel on an H200.
+WALL_BATCH_MS = 40.0
+WALL_BATCH_MAX_CALLS = 4000
 
 
 class HarnessError(RuntimeError):
@@ -118,9 +124,10 @@ class _Budget:
 
 
 class _Confirm:
-    """Makes the extra batches of a wall-clock confirmation for one shape: each like a timed
-    round after the first, on fresh seeds from the secret salt; the kept calls' cases (made by
-    `kept_cases`, as for the rounds) go to the reference worker so that their outputs are checked."""
+    """Makes the dedicated batches of the wall-clock check for one shape: each like a timed round
+    (fresh seeds from the secret salt, the warm-up calls of a later round), `calls` calls long (a
+    decode run counts its `per` chained steps); the kept calls' cases (made by `kept_cases`, as for
+    the rounds) go to the reference worker so that their outputs are checked."""
 
     def __init__(self, ref: WorkerProcess, base: dict[str, Any], timing: dict[str, int], salt: int, shape_index: int,
                  per: int, kept_cases: Callable[[list[int], str], list[dict[str, Any]]]):
@@ -128,9 +135,10 @@ class _Confirm:
         self.reps, self.warmup = timing["reps"], min(2, timing["warmup"])
         self.kept_cases = kept_cases
 
-    def batch(self, attempt: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        seeds = [derive_seed(self.salt, f"timing:{self.si}:confirm{attempt}:{i}") for i in range(self.reps + self.warmup)]
-        sets = self.kept_cases(seeds, f"c{attempt}.") if self.base.get("keep") else []
+    def batch(self, attempt: int, calls: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        timed = max(1, -(-calls // self.per))  # seeds: calls, or decode runs of `per` steps
+        seeds = [derive_seed(self.salt, f"timing:{self.si}:wall{attempt}:{i}") for i in range(timed + self.warmup)]
+        sets = self.kept_cases(seeds, f"w{attempt}.") if self.base.get("keep") else []
         return {**self.base, "seeds": seeds, "warmup": self.warmup}, sets
 
 
@@ -362,7 +370,7 @@ class Evaluator:
                 confirm = _Confirm(ref, base, timing, salt, si, per,
                                    lambda seeds, tag: self._kept_cases(si, shape, seeds, param_seed, timing, tag))
                 st.wall_check_ms = self._wall_check(cand, budget, base, walls, cand_s, confirm, res, flags)
-                if not res.correct:
+                if st.wall_check_ms is None or not res.correct:
                     return
                 if gpu is not None:
                     st.peak_fraction, st.regime = peak_fraction(flops, nbytes, cand_s.median_ms, gpu,
@@ -438,38 +446,48 @@ class Evaluator:
         return False
 
     def _wall_check(self, cand: WorkerProcess, budget: _Budget, base: dict[str, Any], walls: list[float],
-                    samples: Samples, confirm: _Confirm, res: EvalResult, flags: set[str]) -> float:
-        """The harness's own clock per timed call, less a flush-only batch's (as many calls, so a
-        request's fixed cost cancels): a reported median far under it means the candidate's timer
-        reports are not real.
+                    samples: Samples, confirm: _Confirm, res: EvalResult, flags: set[str]) -> float | None:
+        """The harness's own clock per timed call: a reported median far under it means the
+        candidate's timer reports are not real (`timer_implausible`).
 
-        A wall clock that says so is confirmed before it flags: up to WALL_CHECK_CONFIRM more
-        batches, made like the others (fresh secret seeds, outputs kept and checked, so the
-        candidate cannot tell them apart or skip their work), each paired with a fresh flush-only
-        batch, and the smallest difference decides. One stalled batch (the host busy elsewhere)
-        then cannot fail an honest candidate."""
-        def flush_ms() -> float:
-            n = confirm.reps + confirm.warmup
-            t0 = time.perf_counter()
-            cand.request({**base, "seeds": list(range(n)), "warmup": 0, "keep": 0, "flush_only": True}, budget.left())
-            return (time.perf_counter() - t0) * 1e3 / (n * confirm.per)
-
-        wall = min(walls[1:] or walls) - flush_ms()
+        An estimate times a dedicated batch made like a timed round (fresh secret seeds, kept
+        outputs checked, so the candidate can neither tell it apart nor skip its work) and long
+        enough (WALL_BATCH_MS, sized from the rounds' own wall clock) that a request's fixed cost
+        is a few percent of it, less a flush-only batch of as many calls (inputs drawn, the L2
+        flushed, nothing called). An estimate that says "implausible" is confirmed: up to
+        WALL_CHECK_CONFIRM more, and the median decides, so one stalled batch (the host busy
+        elsewhere) cannot fail an honest candidate. None when a batch itself failed."""
+        per_call = statistics.median(walls[1:] or walls)
+        calls = min(WALL_BATCH_MAX_CALLS, max(confirm.reps * confirm.per, math.ceil(WALL_BATCH_MS / max(per_call, 1e-3))))
+        estimates: list[float] = []
         for attempt in range(WALL_CHECK_CONFIRM + 1):
+            if attempt:
+                self.progress(f"confirming the wall clock ({attempt}/{WALL_CHECK_CONFIRM})")
+            est = self._wall_estimate(cand, budget, confirm, attempt, calls, res, flags)
+            if est is None:
+                return None
+            estimates.append(est)
+            wall = statistics.median(estimates)
             if not (wall > WALL_CHECK_MIN_MS and samples.median_ms < WALL_CHECK_FRACTION * wall):
                 return wall
-            if attempt == WALL_CHECK_CONFIRM:
-                break
-            self.progress(f"confirming the wall clock ({attempt + 1}/{WALL_CHECK_CONFIRM})")
-            req, sets = confirm.batch(attempt)
-            if sets:
-                self._ref(confirm.ref, {"op": "reference_outputs", "cases": [c for c in sets if not c.get("teacher_forced")]})
-            got = self._round(cand, budget, req, confirm.reps * confirm.per, res, flags)
-            if got is None or not self._check_kept(confirm.ref, cand, budget, sets, res, flags):
-                return wall
-            wall = min(wall, got[1] - flush_ms())
         flags.add("timer_implausible")
-        return wall
+        return statistics.median(estimates)
+
+    def _wall_estimate(self, cand: WorkerProcess, budget: _Budget, confirm: _Confirm, attempt: int, calls: int,
+                       res: EvalResult, flags: set[str]) -> float | None:
+        """Wall ms per call of one dedicated batch, less a flush-only batch's of as many calls."""
+        req, sets = confirm.batch(attempt, calls)
+        if sets:
+            self._ref(confirm.ref, {"op": "reference_outputs", "cases": [c for c in sets if not c.get("teacher_forced")]})
+        n_calls = (len(req["seeds"]) - req["warmup"]) * confirm.per
+        got = self._round(cand, budget, req, n_calls, res, flags)
+        if got is None or not self._check_kept(confirm.ref, cand, budget, sets, res, flags):
+            return None
+        flush_req = {**req, "seeds": list(range(len(req["seeds"]))), "keep": 0, "flush_only": True}
+        t0 = time.perf_counter()
+        cand.request(flush_req, budget.left())
+        flush = (time.perf_counter() - t0) * 1e3 / (len(req["seeds"]) * confirm.per)
+        return got[1] - flush
 
     def _profile(self, cand: WorkerProcess, budget: _Budget, shapes: list[dict[str, int]], param_seed: int, salt: int,
                  res: EvalResult, flags: set[str]) -> None:

@@ -77,8 +77,13 @@ def _chain(te: traceback.TracebackException) -> list[traceback.TracebackExceptio
     return out
 
 
-def _shape_key(shape: dict[str, int], param_seed: int) -> tuple:
-    return tuple(sorted(shape.items())), param_seed
+# A decode shape's context and step count size the inputs, not the model: its weights are one
+# model for every context (built once, not once per shape: a block of weights is a gigabyte).
+_INPUT_ONLY = frozenset({"context", "steps"})
+
+
+def _shape_key(shape: dict[str, int], param_seed: int, decode: bool = False) -> tuple:
+    return tuple(sorted((k, v) for k, v in shape.items() if not (decode and k in _INPUT_ONLY))), param_seed
 
 
 class _Role:
@@ -105,7 +110,7 @@ class _Role:
         raise NotImplementedError
 
     def model(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
-        key = _shape_key(shape, param_seed)
+        key = _shape_key(shape, param_seed, self.decode)
         if key not in self._models:
             self._models.clear()  # one shape at a time keeps device memory bounded
             self._models[key] = self.build(shape, param_seed)
@@ -188,7 +193,7 @@ class ReferenceRole(_Role):
 
     def _oracle(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
         """The eager reference model (never the baseline), kept while cases of one shape follow."""
-        key = ("oracle", *_shape_key(shape, param_seed))
+        key = ("oracle", *_shape_key(shape, param_seed, self.decode))
         if getattr(self, "_oracle_key", None) != key:
             self._oracle_model = None  # one model at a time: a decode block is a gigabyte
             self._oracle_model = make_reference_model(self.reference, shape, param_seed,
