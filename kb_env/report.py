@@ -119,6 +119,7 @@ def _episodes(trajs: list[Trajectory]) -> list[dict[str, Any]]:
     out = []
     for t in sorted(trajs, key=lambda t: (t.policy, t.task.problem, t.task.seed)):
         out.append({"policy": t.policy, "problem": t.task.problem, "seed": t.task.seed, "error": t.error,
+                    "budget_spent": t.budget_spent,
                     "turns": [{"turn": s.turn, "reward": s.reward, "correct": s.info.get("correct"),
                                "error": s.info.get("error"), "flags": s.info.get("flags") or [],
                                "speedup": s.info.get("speedup"),
@@ -147,6 +148,7 @@ function show(i) {
   const ep = episodes[i]; view.replaceChildren(el('h3', ep.policy + ' / ' + ep.problem + ' / sample ' + ep.seed));
   for (const li of list.children) li.classList.toggle('selected', li.id === 'ep-' + i);
   if (ep.error) view.appendChild(el('p', 'episode error: ' + ep.error, 'bad'));
+  if (ep.budget_spent) view.appendChild(el('p', 'stopped early: the wall-clock budget was spent'));
   for (const t of ep.turns) {
     const d = el('div', undefined, 'turn');
     const ok = t.correct && !t.flags.length;
