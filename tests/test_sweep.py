@@ -138,3 +138,24 @@ def test_bad_sweep_input_is_one_line_and_runs_nothing(tmp_path, capsys):
         assert message in err and err.count("\n") == 1
     assert not (tmp_path / "out" / "results.jsonl").exists()
 
+
+def test_deck_sweep_check_sees_every_output_and_what_is_missing(sweep_dir, tmp_path):
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "deck_sweep.py"
+    spec = importlib.util.spec_from_file_location("deck_sweep", path)
+    deck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(deck)
+    assert main(["report", str(sweep_dir)]) == 0
+    assert deck.check_outputs(sweep_dir, ["rmsnorm", "softmax"]) == []
+    broken = tmp_path / "broken"
+    shutil.copytree(sweep_dir, broken)
+    (broken / "plots" / "mega_tok_s.png").write_bytes(b"not a png")
+    md = (broken / "board.md").read_text()
+    (broken / "board.md").write_text(md.replace("## rates by level (KernelBench-v3)", "## rates by level"))
+    failures = deck.check_outputs(broken, ["rmsnorm", "softmax", "gemm_bias_gelu"])
+    assert failures == ["no episode for known-good on gemm_bias_gelu", "no episode for reference on gemm_bias_gelu",
+                        "board.md lacks the rates by level (KernelBench-v3) table",
+                        "plot mega_tok_s.png is missing or not a PNG"]
