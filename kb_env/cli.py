@@ -123,11 +123,23 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     try:  # every check of the input happens here, before anything runs
         if args.config:
             cfg = load_config(Path(args.config))
+            if args.only:
+                cfg = cfg.only(args.only)
+            overrides = {k: v for k, v in [("problems", args.problems), ("levels", args.levels), ("mode", args.device),
+                                           ("samples", args.samples), ("actors", args.actors)] if v is not None}
+            if args.ray:
+                overrides["ray"] = True
+            cfg = SweepConfig.model_validate(cfg.model_dump() | overrides)
         else:
-            cfg = SweepConfig(policies=args.policies, problems=args.problems, samples=args.samples,
-                              max_turns=args.max_turns, mode=args.device, ray=args.ray, actors=args.actors)
+            if args.only:
+                raise CLIError("--only picks from a --config file's policies and models")
+            cfg = SweepConfig(policies=args.policies, problems=args.problems, levels=args.levels,
+                              samples=1 if args.samples is None else args.samples,
+                              max_turns=1 if args.max_turns is None else args.max_turns, mode=args.device or "auto",
+                              ray=args.ray, actors=args.actors)
         cfg.problem_names()
-    except (ValueError, OSError, yaml.YAMLError) as exc:  # pydantic's ValidationError is a ValueError
+        cfg.check_keys()
+    except (ValueError, RuntimeError, OSError, yaml.YAMLError) as exc:  # pydantic's ValidationError is a ValueError
         raise CLIError(" ".join(str(exc).split())) from None
     added = run_sweep(cfg, Path(args.out), progress=not args.quiet)
     print(f"{len(added)} episode(s) run; results in {Path(args.out) / 'results.jsonl'}")
@@ -224,12 +236,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("sweep", help="run policies x problems x samples (resumable) and print the boards")
     p.add_argument("--out", required=True, help="results folder (a rerun skips what is done there)")
-    p.add_argument("--config", help="a sweep/roster YAML or JSON file (overrides the options below)")
+    p.add_argument("--config", help="a sweep or roster YAML/JSON file, e.g. rosters/kernelbench-v3.yaml; "
+                                    "--problems, --levels, --samples, --device, --ray and --actors override it")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="with --config: run only these of its policies and models")
     p.add_argument("--policies", nargs="+", choices=["reference", "known-good"], help="built-in policies")
-    p.add_argument("--problems", nargs="+", help="default: every problem")
-    p.add_argument("--samples", type=int, default=1, help="episodes per (policy, problem)")
-    p.add_argument("--max-turns", type=int, default=1)
-    p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    p.add_argument("--problems", nargs="+", help="default: every problem (in CPU mode, every one with CPU shapes)")
+    p.add_argument("--levels", nargs="+", type=int, help="only problems of these levels (1-4)")
+    p.add_argument("--samples", type=int, help="episodes per (policy, problem) (default 1)")
+    p.add_argument("--max-turns", type=int, help="turns per episode (default 1; a --config sets its own)")
+    p.add_argument("--device", choices=["auto", "cuda", "cpu"], help="default: auto")
     p.add_argument("--ray", action="store_true", help="evaluate on Ray actors, one per GPU")
     p.add_argument("--actors", type=int, help="evaluator actors (Ray) or evaluations at once (local, CPU mode)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -119,7 +119,8 @@ class KernelBenchEnv(gym.Env):
         self.turn = 0
         self.last_result = None
         self._feedback = ""
-        info = {"problem": self.spec_problem.name, "mode": self.mode, "max_turns": self.max_turns,
+        info = {"problem": self.spec_problem.name, "level": self.spec_problem.level, "mode": self.mode,
+                "max_turns": self.max_turns,
                 "description": self.spec_problem.description, "shapes": self.spec_problem.shapes_for(self.mode)}
         return self._obs(), info
 

@@ -33,8 +33,13 @@ def test_sweep_writes_every_episode_and_every_board(sweep_dir, capsys):
     # The reference uses the torch ops these problems forbid: flagged, so not counted correct.
     assert board["rates"]["reference"]["flagged"] == 1.0 and board["rates"]["reference"]["correct"] == 0.0
     assert board["peak_fraction"]["known-good"]["softmax"]["correct"] == 1
+    # Both problems are level 1: one row per policy in the per-level table.
+    by_level = board["rates_by_level"]["known-good"]
+    assert set(by_level) == {"1"} and by_level["1"]["tasks"] == 2
+    assert board["mega"] == {}
     md = (sweep_dir / "board.md").read_text()
-    for title in ("fast_p (KernelBench)", "rates (KernelBench-v3)", "(KernelBench-Hard)"):
+    for title in ("fast_p (KernelBench)", "rates (KernelBench-v3)", "rates by level (KernelBench-v3)",
+                  "(KernelBench-Hard)", "KernelBench-Mega"):
         assert title in md
 
 
@@ -106,14 +111,16 @@ def test_report_has_boards_plots_and_every_episode(sweep_dir, capsys):
 
     c = Collect()
     c.feed(page)
-    assert sorted(c.imgs) == ["plots/fast_p.png", "plots/peak_fraction.png"]
+    assert sorted(c.imgs) == ["plots/fast_p.png", "plots/mega_tok_s.png", "plots/peak_fraction.png",
+                              "plots/rates_by_level.png"]
     for src in c.imgs:
         assert (sweep_dir / src).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     episodes = json.loads(c.data.replace("<\\/", "</"))
     assert len(episodes) == 4 and all(len(e["turns"]) == 1 for e in episodes)
     kg = next(e for e in episodes if e["policy"] == "known-good" and e["problem"] == "softmax")
     assert kg["turns"][0]["correct"] and "@triton.jit" in kg["turns"][0]["candidate"] and kg["turns"][0]["feedback"]
-    for title in ("fast_p (KernelBench)", "rates (KernelBench-v3)", "peak_fraction (KernelBench-Hard)"):
+    for title in ("fast_p (KernelBench)", "rates (KernelBench-v3)", "rates by level (KernelBench-v3)",
+                  "(KernelBench-Hard)", "no level-4 (Mega) problem in these results"):
         assert title in page
 
 
@@ -130,3 +137,25 @@ def test_bad_sweep_input_is_one_line_and_runs_nothing(tmp_path, capsys):
         err = capsys.readouterr().err
         assert message in err and err.count("\n") == 1
     assert not (tmp_path / "out" / "results.jsonl").exists()
+
+
+def test_deck_sweep_check_sees_every_output_and_what_is_missing(sweep_dir, tmp_path):
+    import importlib.util
+    import shutil
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "deck_sweep.py"
+    spec = importlib.util.spec_from_file_location("deck_sweep", path)
+    deck = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(deck)
+    assert main(["report", str(sweep_dir)]) == 0
+    assert deck.check_outputs(sweep_dir, ["rmsnorm", "softmax"]) == []
+    broken = tmp_path / "broken"
+    shutil.copytree(sweep_dir, broken)
+    (broken / "plots" / "mega_tok_s.png").write_bytes(b"not a png")
+    md = (broken / "board.md").read_text()
+    (broken / "board.md").write_text(md.replace("## rates by level (KernelBench-v3)", "## rates by level"))
+    failures = deck.check_outputs(broken, ["rmsnorm", "softmax", "gemm_bias_gelu"])
+    assert failures == ["no episode for known-good on gemm_bias_gelu", "no episode for reference on gemm_bias_gelu",
+                        "board.md lacks the rates by level (KernelBench-v3) table",
+                        "plot mega_tok_s.png is missing or not a PNG"]

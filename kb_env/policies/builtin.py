@@ -36,6 +36,10 @@ class KnownGoodPolicy:
 
     name = "known-good"
 
+    def skip_reason(self, problem: str) -> str | None:
+        """Why this policy cannot play `problem` (a sweep skips it), or None."""
+        return None if get_problem(problem).solution_paths else "it has no solutions/*.py"
+
     def start(self, problem: str, seed: int) -> SequenceAgent:
         paths = get_problem(problem).solution_paths
         if not paths:

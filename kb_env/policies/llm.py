@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..problem import get_problem
 from .extract import NO_CODE_SOURCE, extract_code
@@ -26,7 +26,10 @@ RETRY_STATUS = {408, 409, 429, 500, 502, 503, 504, 529}
 
 
 class ModelConfig(BaseModel):
-    """One model as a policy: provider, endpoint, sampling, retries and prices (USD per million tokens)."""
+    """One model as a policy: provider, endpoint, sampling, retries and prices (USD per million tokens).
+    Unknown keys are an error (a misspelt `temprature` would otherwise be dropped without a word)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     name: str = Field(description="label in trajectories and boards")
     provider: Literal["openai", "anthropic"]
@@ -106,10 +109,11 @@ def _retryable(exc: BaseException) -> tuple[bool, float | None]:
 class LLMAgent:
     """One episode's chat with one model."""
 
-    def __init__(self, cfg: ModelConfig, problem: str, max_turns: int):
+    def __init__(self, cfg: ModelConfig, problem: str, max_turns: int, budget_s: float | None = None):
         self.cfg = cfg
         self.problem = problem
         self.max_turns = max_turns
+        self.budget_s = budget_s
         self.messages: list[dict[str, str]] = []
         self.transcript: list[Turn] = []
         self._no_code = False
@@ -122,7 +126,8 @@ class LLMAgent:
     def act(self, observation: dict[str, Any]) -> str:
         if not self.messages:
             spec = get_problem(self.problem)
-            prompt = first_prompt(spec, self.cfg.backend, self.cfg.gpu, self.max_turns, observation["reference"])
+            prompt = first_prompt(spec, self.cfg.backend, self.cfg.gpu, self.max_turns, observation["reference"],
+                                  self.budget_s)
         else:
             prompt = feedback_prompt(observation.get("feedback", ""), int(observation.get("turn", 0)),
                                      self.max_turns, self._no_code)
@@ -205,15 +210,22 @@ class LLMAgent:
 
 
 class LLMPolicy:
-    """A model as a policy (see ModelConfig); `max_turns` should match the environment's."""
+    """A model as a policy (see ModelConfig). The turn budget told to the model, `max_turns` or
+    `turns_by_level[problem level]`, and the wall-clock `budget_s` should match the rollout's (a
+    sweep sets both)."""
 
-    def __init__(self, cfg: ModelConfig, max_turns: int = 4):
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be at least 1, not {max_turns}")
+    def __init__(self, cfg: ModelConfig, max_turns: int = 4, turns_by_level: dict[int, int] | None = None,
+                 budget_s: float | None = None):
+        if max_turns < 1 or any(n < 1 for n in (turns_by_level or {}).values()):
+            raise ValueError(f"turn budgets must be at least 1, not {max_turns} / {turns_by_level}")
         self.cfg = cfg
         self.name = cfg.name
         self.max_turns = max_turns
+        self.turns_by_level = dict(turns_by_level or {})
+        self.budget_s = budget_s
+
+    def turns_for(self, problem: str) -> int:
+        return self.turns_by_level.get(get_problem(problem).level, self.max_turns)
 
     def start(self, problem: str, seed: int) -> LLMAgent:
-        get_problem(problem)
-        return LLMAgent(self.cfg, problem, self.max_turns)
+        return LLMAgent(self.cfg, problem, self.turns_for(problem), self.budget_s)

@@ -26,8 +26,13 @@ Contract:
 - Correctness is checked on several seeds, on stress inputs and on every timed call's outputs."""
 
 
-def first_prompt(spec: ProblemSpec, backend: str, gpu: str, max_turns: int, reference: str) -> str:
-    """The opening user message for one problem."""
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:g} hour(s)" if seconds >= 3600 else f"{seconds / 60:g} minute(s)"
+
+
+def first_prompt(spec: ProblemSpec, backend: str, gpu: str, max_turns: int, reference: str,
+                 budget_s: float | None = None) -> str:
+    """The opening user message for one problem (`budget_s`: the episode's wall-clock budget, if any)."""
     shapes = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in spec.shapes.gpu)
     forbidden = spec.forbidden
     rules = []
@@ -48,7 +53,9 @@ def first_prompt(spec: ProblemSpec, backend: str, gpu: str, max_turns: int, refe
         f"At these shapes the problem is {spec.regime} on this GPU class (its roofline regime)." if spec.regime else "",
         _CONTRACT,
         "Rules for this problem: " + "; ".join(rules) + "." if rules else "",
-        f"You have {max_turns} attempt(s); after each you get the compiler, correctness and profiler feedback.",
+        f"You have {max_turns} attempt(s); after each you get the compiler, correctness and profiler feedback."
+        + (f" The episode also has a wall-clock budget of {_duration(budget_s)} (your replies and the evaluations "
+           "together); no new attempt starts after it." if budget_s else ""),
     ]))
 
 

@@ -58,7 +58,7 @@ def _tasks(tasks: Iterable[Task | tuple[str, int] | str]) -> list[Task]:
 
 def _episode(index: int, task: Task, policy: Policy, runner: _PolicyRunner, pool: AnyPool, max_turns: int,
              reward: str | Callable[..., float], timeout_s: float | None, profile: bool,
-             stop: threading.Event) -> Trajectory:
+             stop: threading.Event, budget_s: float | None = None) -> Trajectory:
     started = time.monotonic()
     evaluator = PoolEvaluator(pool, task.problem, timeout_s, profile)
     env = KernelBenchEnv(task.problem, max_turns=task.max_turns or max_turns, reward=reward, evaluator=evaluator)
@@ -67,6 +67,9 @@ def _episode(index: int, task: Task, policy: Policy, runner: _PolicyRunner, pool
     try:
         agent = policy.start(task.problem, task.seed)
         while not stop.is_set():
+            if budget_s is not None and time.monotonic() - started >= budget_s:
+                traj.budget_spent = True  # no new turn after the episode's wall-clock budget
+                break
             t0 = time.monotonic()
             action, agent = runner.act(agent, obs)
             t1 = time.monotonic()
@@ -89,16 +92,21 @@ def _episode(index: int, task: Task, policy: Policy, runner: _PolicyRunner, pool
 def rollout(policy: Policy, tasks: Iterable[Task | tuple[str, int] | str], pool: AnyPool, *,
             max_turns: int = 4, reward: str | Callable[..., float] = "default", timeout_s: float | None = None,
             profile: bool = True, concurrency: int | None = None, remote_policy: bool | None = None,
-            policy_cpus: float = 0.0, out: Path | None = None, progress: bool = False) -> Iterator[Trajectory]:
+            policy_cpus: float = 0.0, out: Path | None = None, progress: bool = False,
+            budget_s: float | None = None) -> Iterator[Trajectory]:
     """Run one episode per task over `pool` and yield trajectories as they finish.
 
     `concurrency` episodes run at once (default: twice the pool's size, so a GPU is never idle
     while a policy thinks). The policy's turns run as Ray tasks on CPU workers (`remote_policy`;
     default: with an `EvaluatorPool`, not with a `LocalPool`; `policy_cpus` each, 0 suits
     policies that wait on an API). With `out`, each trajectory is
-    appended to that JSON-lines file as it finishes. Ctrl-C stops new turns and re-raises."""
+    appended to that JSON-lines file as it finishes. With `budget_s`, an episode starts no new turn
+    once that many wall seconds have passed since its reset (`traj.budget_spent`); the turn under
+    way finishes. Ctrl-C stops new turns and re-raises."""
     if max_turns < 1:
         raise ValueError(f"max_turns must be at least 1, not {max_turns}")
+    if budget_s is not None and budget_s <= 0:
+        raise ValueError(f"budget_s must be positive, not {budget_s}")
     if concurrency is not None and concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, not {concurrency}")
     todo = _tasks(tasks)
@@ -110,7 +118,7 @@ def rollout(policy: Policy, tasks: Iterable[Task | tuple[str, int] | str], pool:
     done: list[Trajectory] = []
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kb-episode") as ex:
         pending: set[Future] = {ex.submit(_episode, i, t, policy, runner, pool, max_turns, reward, timeout_s,
-                                          profile, stop) for i, t in enumerate(todo)}
+                                          profile, stop, budget_s) for i, t in enumerate(todo)}
         try:
             while pending:
                 finished, pending = wait(pending, return_when=FIRST_COMPLETED)

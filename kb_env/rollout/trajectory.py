@@ -49,6 +49,7 @@ class Trajectory(BaseModel):
     reset_info: dict[str, Any]
     steps: list[StepRecord] = Field(default_factory=list)
     error: str | None = None
+    budget_spent: bool = Field(default=False, description="it stopped before max_turns: its wall-clock budget ran out")
     wall_s: float = 0.0
 
     @property
