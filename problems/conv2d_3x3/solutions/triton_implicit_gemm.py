@@ -2,7 +2,8 @@
 (batch * height * width) x cout, the reduction runs over the 9 taps times cin. Each program owns an
 output tile; for each tap it reads the shifted input pixels (zero where the tap falls off the
 image) for a block of channels, and the matching block of the weight, into a float32 tensor-core
-accumulation. No im2col buffer is written: the input is gathered straight from NCHW."""
+accumulation; taps and channel blocks run as one flat loop, so the loads stay pipelined across
+taps. No im2col buffer is written: the input is gathered straight from NCHW."""
 
 import os
 
@@ -52,21 +53,23 @@ def _conv3x3_kernel(x_ptr, w_ptr, bias_ptr, out_ptr, batch, cin, cout, H, W,
     w = pixel % W
     x_image = x_ptr + image * (cin * HW)
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    for tap in range(9):
+    c_blocks = tl.cdiv(cin, BK)
+    # One flat loop over (tap, channel block), so that the loads of the next tap are in flight
+    # while this one multiplies (a nested loop would drain the pipeline at every tap).
+    for step in range(0, 9 * c_blocks):
+        tap = step // c_blocks
+        c = (step % c_blocks) * BK + rk
         ih = h + tap // 3 - 1
         iw = w + tap % 3 - 1
         inside = m_ok & (ih >= 0) & (ih < H) & (iw >= 0) & (iw < W)
-        a_ptrs = x_image[:, None] + (ih * W + iw)[:, None] + rk[None, :] * HW
-        b_ptrs = w_ptr + tap * (cin * cout) + rk[:, None] * cout + rn[None, :]
-        for c0 in range(0, cin, BK):
-            c_ok = c0 + rk < cin
-            a = tl.load(a_ptrs, mask=inside[:, None] & c_ok[None, :], other=0.0)
-            b = tl.load(b_ptrs, mask=c_ok[:, None] & n_ok[None, :], other=0.0)
-            if INTERPRETED:
-                a, b = a.to(tl.float32), b.to(tl.float32)
-            acc = tl.dot(a, b, acc)
-            a_ptrs += BK * HW
-            b_ptrs += BK * cout
+        c_ok = c < cin
+        a = tl.load(x_image[:, None] + (ih * W + iw)[:, None] + c[None, :] * HW,
+                    mask=inside[:, None] & c_ok[None, :], other=0.0)
+        b = tl.load(w_ptr + tap * (cin * cout) + c[:, None] * cout + rn[None, :],
+                    mask=c_ok[:, None] & n_ok[None, :], other=0.0)
+        if INTERPRETED:
+            a, b = a.to(tl.float32), b.to(tl.float32)
+        acc = tl.dot(a, b, acc)
     # The bias joins the float32 sum and the output is rounded once (as oneDNN does on the CPU;
     # eager CUDA rounds the product, then adds the bias in bfloat16: about a third of the bar apart).
     acc += tl.load(bias_ptr + rn, mask=n_ok, other=0.0).to(tl.float32)[None, :]
