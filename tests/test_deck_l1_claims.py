@@ -100,6 +100,19 @@ def test_cumsum_gpu_accumulation_is_a_float32_scan_of_its_input():
     torch.testing.assert_close(out, x.double().cumsum(-1).float(), rtol=1e-5, atol=1e-4)
 
 
+def test_cross_entropy_logsumexp_minus_logit_order_passes_at_every_scale():
+    """At the first GPU shape's vocabulary, the float32 order lse - logit (a confident row's small
+    loss as a difference of two large numbers) stays within atol, scaled by 64 too."""
+    spec, ref = _problem("cross_entropy")
+    shape = {"rows": 16, "vocab": spec.shapes.gpu[0]["vocab"]}
+    for stress in (None, {"scale": 64.0}, {"heavy_tail": 3}):
+        logits, targets = make_inputs(ref, shape, 0, "cpu", stress)
+        expected = ref.Model()(logits, targets)
+        x = logits.float()
+        other_order = torch.logsumexp(x, dim=-1) - x[torch.arange(shape["rows"]), targets]
+        assert _passes(spec, other_order, expected), stress
+
+
 def test_gelu_tanh_approximation_fails():
     spec, ref = _problem("gelu")
     x = make_inputs(ref, spec.shapes.cpu[0], 0, "cpu")[0]

@@ -1,6 +1,6 @@
 """Per-row cross-entropy in Triton: one program per row streams the bfloat16 logits once in blocks,
 keeping a running max and a running sum of exp(logit - max) in float32 (rescaled when the max
-grows), then loss = max + log(sum) - logits[target]. The logits are read once, never upcast in
+grows), then loss = (max - logits[target]) + log(sum). The logits are read once, never upcast in
 memory and no log-softmax is written: memory-bound on the one read."""
 
 import torch
@@ -25,7 +25,9 @@ def _cross_entropy_kernel(logits_ptr, targets_ptr, loss_ptr, n_cols, stride_row,
         run_max = new_max
     target = tl.load(targets_ptr + row)
     picked = tl.load(row_ptr + target).to(tl.float32)
-    tl.store(loss_ptr + row, run_max + tl.log(run_sum) - picked)
+    # (max - picked) first: exact when the target is the row's max, so a confident row's small loss
+    # is not the difference of two large numbers
+    tl.store(loss_ptr + row, (run_max - picked) + tl.log(run_sum))
 
 
 def cross_entropy_rows(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
