@@ -89,9 +89,9 @@ def conv3x3(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.
     taps = weight.permute(2, 3, 1, 0).contiguous()  # [3, 3, cin, cout]: each tap a cin x cout matrix
     out = torch.empty((batch, cout, H, W), dtype=torch.bfloat16, device=x.device)
     args = (x, taps, bias, out, batch, cin, cout, H, W)
-    if INTERPRETED:  # small fixed tiles: the interpreter runs every program in numpy
-        grid = (triton.cdiv(batch * H * W, 128), triton.cdiv(cout, 16))
-        _conv3x3_kernel[grid](*args, BM=128, BN=16, BK=16, INTERPRETED=True)
+    if INTERPRETED:  # wide tiles: the interpreter's cost is per program and loop step, not per element
+        grid = (triton.cdiv(batch * H * W, 256), triton.cdiv(cout, 8))
+        _conv3x3_kernel[grid](*args, BM=256, BN=8, BK=16, INTERPRETED=True)
     else:
         grid = lambda meta: (triton.cdiv(batch * H * W, meta["BM"]), triton.cdiv(cout, meta["BN"]))
         _autotuned[grid](*args, INTERPRETED=False)
