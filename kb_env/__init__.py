@@ -1,6 +1,7 @@
 """kb_env: KernelBench-style GPU kernel problems as Gymnasium environments.
 
-Importing the package registers ``KernelBench/<name>-v0`` for every problem folder."""
+Importing the package registers ``KernelBench/<name>-v0`` for every problem folder under the
+registry's roots (`kb_env.problem.problem_roots`)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ __version__ = "0.1.0"
 def _register_all() -> None:
     import gymnasium as gym
 
-    from .problem import all_problems
+    from .problem import problem_names
 
-    for name in all_problems():
+    for name in problem_names():
         env_id = f"KernelBench/{name}-v0"
         if env_id in gym.registry:
             continue
