@@ -1,7 +1,7 @@
 """kb_env: KernelBench-style GPU kernel problems as Gymnasium environments.
 
-Importing the package registers ``KernelBench/<name>-v0`` for every problem folder under the
-registry's roots (`kb_env.problem.problem_roots`)."""
+Importing the package registers ``KernelBench/<name>-v0`` for every problem folder: the shipped
+ones and those imported from KernelBench files (`register_kernelbench`, ``kb import``)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ def _register_all() -> None:
 _register_all()
 
 from .evaluate import EvalResult, evaluate  # noqa: E402
+from .kernelbench import register_kernelbench  # noqa: E402
 from .problem import ProblemSpec, all_problems, get_problem, load_problem  # noqa: E402
 
-__all__ = ["EvalResult", "ProblemSpec", "all_problems", "evaluate", "get_problem", "load_problem"]
+__all__ = ["EvalResult", "ProblemSpec", "all_problems", "evaluate", "get_problem", "load_problem",
+           "register_kernelbench"]
