@@ -116,7 +116,10 @@ def test_trace_counts_recurrent_layers_and_cpu_attention():
         def get_init_inputs():
             return []
         """)
-    assert trace(lstm)[0].flops == t * 2 * b * 4 * h * (i + h)  # per step: x W_ih^T and h W_hh^T
+    traced = trace(lstm)[0]
+    assert traced.flops == t * 2 * b * 4 * h * (i + h)  # per step: x W_ih^T and h W_hh^T
+    # on a GPU the layer dispatches as aten::_cudnn_rnn: forbidden too, as the layer's other name
+    assert "aten::lstm" in traced.ops and "aten::_cudnn_rnn" in forbidden(traced.ops, "reference").torch_ops
     sdpa = simple("F.scaled_dot_product_attention(x, x, x)", "[torch.randn(1, 2, 16, 8)]")
     assert trace(sdpa)[0].flops == 2 * (2 * 1 * 2 * 16 * 16 * 8)  # Q K^T and P V
 
@@ -158,6 +161,13 @@ def test_a_stress_case_that_overflows_the_reference_is_dropped():
     checked = run_checks(simple("torch.exp(x.half())", "[torch.randn(8, 64)]"), "cpu")
     assert {"scale": 8.0} not in checked.stress and {"scale": 0.125} in checked.stress
     assert any(d.startswith("scale=8: the reference's output 0 is not finite") for d in checked.stress_dropped)
+
+
+def test_the_oracle_follows_code_that_closes_over_submodules():
+    """minGPT-style `self.mlpf = lambda x: m.c_proj(...)`: the float64 model is built afresh, so
+    the closure holds float64 weights (a deep copy's closure would still hold float32 ones)."""
+    checked = run_checks(simple("self.f(x)", extra="m = nn.Linear(64, 64); self.m = m; self.f = lambda x: m(x)"), "cpu")
+    assert checked.oracle_note is None and 0 < checked.oracle_rel_l2[0] < 1e-6
 
 
 def test_a_constant_tensor_outside_the_state_dict_is_fine():

@@ -20,7 +20,6 @@ A failed check raises `Skip` with the reason the import report shows."""
 
 from __future__ import annotations
 
-import copy
 import time
 from types import ModuleType
 from typing import Any
@@ -117,11 +116,12 @@ def _upcast(x: Any) -> Any:
     return x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
 
 
-def _oracle(model: torch.nn.Module, inputs: list[Any]) -> tuple[list[torch.Tensor] | None, str | None]:
-    """The model and inputs in float64, or why not."""
+def _oracle(run: _Runner, inputs: list[Any]) -> tuple[list[torch.Tensor] | None, str | None]:
+    """The model (built afresh with the same weights, so code that closes over its submodules
+    follows them) and the inputs in float64, or why not."""
     try:
         with torch.no_grad():
-            out = as_output_list(copy.deepcopy(model).double()(*[_upcast(x) for x in inputs]))
+            out = as_output_list(run.model().double()(*[_upcast(x) for x in inputs]))
     except Exception as exc:  # noqa: BLE001 (a reference that cannot run in float64 has no oracle)
         return None, f"no float64 oracle: the model fails in float64 ({type(exc).__name__})"
     return out, None
@@ -194,12 +194,12 @@ def run_checks(module: ModuleType, device: str) -> Checked:
         for k in range(len(outs[seed])):
             if why := _degenerate(k, seed, outs, inputs, tol):
                 raise Skip(why)
-    errs, note = _check_oracle(model, inputs[SEEDS[0]], outs[SEEDS[0]], tol)
+    errs, note = _check_oracle(run, inputs[SEEDS[0]], outs[SEEDS[0]], tol)
 
     kept, dropped = [], []
     for i, stress in enumerate(stresses):
         x = run.inputs(STRESS_SEED + i, stress)
-        if why := _stress_problem(model, x, run.run(model, x)[0], tol):
+        if why := _stress_problem(run, x, run.run(model, x)[0], tol):
             dropped.append(f"{_describe(stress)}: {why}")
         else:
             kept.append(stress)
@@ -236,11 +236,11 @@ def _rms_by_dtype(outputs) -> dict[str, float]:
     return rms
 
 
-def _check_oracle(model: torch.nn.Module, inputs: list[Any], outs: list[torch.Tensor],
+def _check_oracle(run: _Runner, inputs: list[Any], outs: list[torch.Tensor],
                   tol: dict[str, Tolerance]) -> tuple[list[float | None], str | None]:
     """Each output's relative L2 error against the float64 oracle, and a note where there is none;
     `Skip` when the reference's own rounding uses more than HEADROOM of its bar."""
-    oracle, note = _oracle(model, inputs)
+    oracle, note = _oracle(run, inputs)
     errs = _oracle_errors(outs, oracle)
     if oracle is not None and all(e is None for e in errs) and any(
             o.is_floating_point() and o.dtype != torch.float64 for o in outs):
@@ -267,13 +267,13 @@ def _oracle_errors(outs: list[torch.Tensor], oracle: list[torch.Tensor] | None) 
     return errs
 
 
-def _stress_problem(model: torch.nn.Module, inputs: list[Any], outs: list[torch.Tensor],
+def _stress_problem(run: _Runner, inputs: list[Any], outs: list[torch.Tensor],
                     tol: dict[str, Tolerance]) -> str | None:
     """Why a stress case would not be fair to an honest kernel, or None."""
     for k, o in enumerate(outs):
         if o.is_floating_point() and not bool(torch.isfinite(o).all()):
             return f"the reference's output {k} is not finite there"
-    oracle, _ = _oracle(model, inputs)
+    oracle, _ = _oracle(run, inputs)
     for k, err in enumerate(_oracle_errors(outs, oracle)):
         if err is None:
             continue

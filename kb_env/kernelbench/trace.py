@@ -92,6 +92,13 @@ def _flop_mapping() -> dict:
     return {cpu: cpu_attention}
 
 
+def _module_ops(model: torch.nn.Module) -> set[str]:
+    """The ATen ops of recurrent layers, which dispatch as plain products and pointwise ops on
+    the CPU (``aten::_cudnn_rnn`` on a GPU): named so that their family is forbidden too."""
+    names = {"LSTM": "aten::lstm", "GRU": "aten::gru", "RNN_TANH": "aten::rnn_tanh", "RNN_RELU": "aten::rnn_relu"}
+    return {names[m.mode] for m in model.modules() if isinstance(m, torch.nn.RNNBase) and m.mode in names}
+
+
 def stray_tensors(model: torch.nn.Module) -> list[str]:
     """Tensor attributes of `model`'s modules that are neither parameters nor buffers: a
     candidate that loads the state_dict does not get them."""
@@ -135,7 +142,8 @@ def _call(module: ModuleType) -> Traced:
         if t.is_floating_point():
             dtype_bytes[_dtype(t)] = dtype_bytes.get(_dtype(t), 0) + _nbytes(t)
     by_op = {str(k).replace(".", "::", 1): int(v) for k, v in counter.get_flop_counts().get("Global", {}).items()}
-    ops = sorted(op for op in recorder.ops | counted.ops if not op.startswith("prim::"))
+    ops = recorder.ops | counted.ops | _module_ops(model)
+    ops = sorted(op for op in ops if not op.startswith("prim::"))
     return Traced(on="", flops=int(counter.get_total_flops()), flops_by_op=by_op,
                   input_bytes=sum(_nbytes(x) for x in in_tensors), state_bytes=sum(_nbytes(t) for t in state.values()),
                   output_bytes=sum(_nbytes(o) for o in outs),
