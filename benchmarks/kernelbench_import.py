@@ -14,7 +14,9 @@ stress cases; then, per candidate:
   products a mismatch (float32 problems are graded as float32); the reference flagged
   (forbidden_op:aten::mm).
 
-Writes JSON to --out, or to $OUT/kernelbench_import.json when $OUT is set. Prints a table last."""
+Nine evaluations; the 2 GiB matmul's IEEE float32 kernel (no tensor cores) dominates: expect a few
+minutes on an H100 or H200. Writes JSON to --out, or to $OUT/kernelbench_import.json when $OUT is
+set, after every evaluation. Prints a table last."""
 
 from __future__ import annotations
 

@@ -54,8 +54,9 @@ def spec_fields(pf: ProblemFile, facts: dict[str, Any], budget: Budget, forbid_o
     doc = facts.get("doc") or pf.stem.split("_", 1)[-1].replace("_", " ")
     fields = {
         "name": pf.name,
-        "description": (f"{doc.rstrip('.')}. KernelBench level {pf.level}, {pf.path.name}, imported: its sizes are "
-                        "the file's own (get_inputs() takes no arguments)."),
+        "description": (f"{doc.rstrip('.')} (KernelBench {pf.label}).\n"
+                        "Imported from a KernelBench-format file: the sizes are the file's own (get_inputs() takes "
+                        "no arguments).\n"),
         "level": pf.level,
         "interface": "forward",
         "shapes": {"gpu": [{}], "cpu": [] if gpu_only else [{}]},
