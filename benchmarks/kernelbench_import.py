@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -60,8 +61,7 @@ def main() -> int:
     args = ap.parse_args()
     out_path = Path(args.out) if args.out else (Path(os.environ["OUT"]) / "kernelbench_import.json"
                                                 if os.environ.get("OUT") else None)
-    cache = tempfile.mkdtemp(prefix="kb_import_bench_")
-    os.environ["KB_IMPORT_DIR"] = cache  # before kb_env reads the registry
+    os.environ["KB_IMPORT_DIR"] = CACHE  # before kb_env reads the registry
 
     from kb_env.evaluate.evaluator import Evaluator
     from kb_env.kernelbench import register_kernelbench
@@ -99,4 +99,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    CACHE = tempfile.mkdtemp(prefix="kb_import_bench_")
+    try:
+        sys.exit(main())
+    finally:
+        shutil.rmtree(CACHE, ignore_errors=True)
