@@ -206,6 +206,25 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    from .kernelbench import Budget, register_kernelbench
+
+    if args.timeout is not None and args.timeout <= 0:
+        raise CLIError("--timeout must be positive")
+    budget = Budget(timeout_s=args.timeout) if args.timeout else Budget()
+    progress = None if args.quiet or args.json else (lambda f: print(f"  probing {f}", file=sys.stderr, flush=True))
+    try:
+        report = register_kernelbench(args.dir, cache_dir=args.cache, device=args.device, force=args.force,
+                                      require_checks=args.require_checks, forbid_ops=args.forbid_ops,
+                                      budget=budget, progress=progress)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+    print(report.model_dump_json(indent=2) if args.json else report.render())
+    if args.cache and not args.json:
+        print(f"(other processes see these problems with KB_PROBLEM_PATH={Path(args.cache).resolve()})")
+    return 0
+
+
 def _evaluation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="cuda, cpu (Triton interpreter, small shapes), or auto (default)")
@@ -258,6 +277,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="write plots and a static HTML report (with a transcript viewer) of a sweep")
     p.add_argument("dir", help="a `kb sweep --out` folder")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("import", help="register a directory of KernelBench problem files (level1/23_Softmax.py, ...)")
+    p.add_argument("dir", help="a KernelBench directory (with level1 ... level4), or one level folder")
+    p.add_argument("--cache", help="where the problem folders go (default: the import cache every process reads)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where checks too big for this CPU run (auto: a GPU if there is one)")
+    p.add_argument("--force", action="store_true", help="probe every file again, even unchanged ones")
+    p.add_argument("--require-checks", action="store_true", help="skip problems the checks could not run on")
+    p.add_argument("--forbid-ops", choices=["reference", "all", "none"], default="reference",
+                   help="torch ops a candidate may not call: the reference's (default), all compute ops, or none")
+    p.add_argument("--timeout", type=float, default=None, help="seconds to probe one file (default 300)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_import)
 
     p = sub.add_parser("replay", help="re-grade a published board's solution files; measured vs published")
     p.add_argument("manifest", help="YAML/JSON list of {run_id, model, problem, file, gpu, published_score}")

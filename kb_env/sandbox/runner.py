@@ -66,14 +66,15 @@ def worker_env(mode: str, workdir: Path) -> dict[str, str]:
 
 
 class WorkerProcess:
-    """A spawned `kb_env.sandbox.worker` with a pipe pair only it and the harness hold.
+    """A spawned `kb_env.sandbox.worker` (or another worker `module` with the same command line:
+    READ_FD WRITE_FD MAX_FILE_BYTES PARENT_PID) with a pipe pair only it and the harness hold.
 
     `max_file_bytes` bounds each file it writes; `max_memory_bytes` the resident memory of it
     and its children together (a watchdog kills it past that, and `WorkerDied` says so). Its
     environment carries a random token (`reaper.TOKEN_VAR`) that marks the processes it starts."""
 
     def __init__(self, role: str, mode: str, workdir: Path, max_file_bytes: int | None = None,
-                 max_memory_bytes: int | None = None):
+                 max_memory_bytes: int | None = None, module: str = "kb_env.sandbox.worker"):
         self.role = role
         workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / f"{role}.log"
@@ -86,7 +87,7 @@ class WorkerProcess:
         from_child_r, from_child_w = os.pipe()
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "kb_env.sandbox.worker", str(to_child_r), str(from_child_w),
+                [sys.executable, "-m", module, str(to_child_r), str(from_child_w),
                  str(max_file_bytes or 0), str(os.getpid())],
                 pass_fds=(to_child_r, from_child_w),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
