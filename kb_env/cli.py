@@ -69,6 +69,8 @@ def _run_evaluation(args: argparse.Namespace):
         raise CLIError(str(exc)) from None
     if args.timeout is not None and args.timeout <= 0:
         raise CLIError("--timeout must be positive")
+    if mode == "cpu" and spec.gpu_only:
+        raise CLIError(f"{spec.name} is GPU-only (it declares no CPU shapes); evaluate it on a GPU (--device cuda)")
     progress = None
     if not args.json:
         print(f"evaluating {args.file} on {spec.name} ({mode} mode)", file=sys.stderr)
