@@ -6,7 +6,8 @@ mean) and counted by `count_flops`:
 
 - a matrix product (mm, bmm) is 2*M*N*K, addmm/baddbmm add M*N for the added term;
 - a pointwise arithmetic op (add, mul, exp, tanh, rsqrt, pow, ...) is 1 FLOP per output element;
-- a reduction (sum, amax, ...) is 1 FLOP per input element;
+- a reduction (sum, amax, ...) is 1 FLOP per input element, and so is a sort (the least a
+  selection does: one comparison per element);
 - dtype conversions, views, broadcasts, copies and allocations are free.
 
 An op in none of these lists makes the counter raise: a new reference that uses one forces a
@@ -64,6 +65,7 @@ FREE = {
     "empty", "empty_like", "empty_strided", "full", "full_like", "zeros", "zeros_like", "ones", "ones_like",
     "scalar_tensor", "getitem",
 }
+REDUCTION.add("sort")  # a sort selects by comparing: 1 FLOP per input element, as for amax (topk's reference)
 
 
 def _numel(node_or_value) -> int:
