@@ -66,6 +66,9 @@ FREE = {
     "scalar_tensor", "getitem",
 }
 REDUCTION.add("sort")  # a sort selects by comparing: 1 FLOP per input element, as for amax (topk's reference)
+FREE.add("bitwise_and")  # integer bit work unpacking packed codes (int4 weights): no floating-point arithmetic
+FREE.add("__rshift__")  # (the same, the high nibble)
+FREE.add("cat")  # joining tensors moves data (the unpacked nibbles interleaved)
 
 
 def _numel(node_or_value) -> int:
