@@ -69,6 +69,7 @@ REDUCTION.add("sort")  # a sort selects by comparing: 1 FLOP per input element, 
 FREE.add("bitwise_and")  # integer bit work unpacking packed codes (int4 weights): no floating-point arithmetic
 FREE.add("__rshift__")  # (the same, the high nibble)
 FREE.add("cat")  # joining tensors moves data (the unpacked nibbles interleaved)
+MATMUL.add("_grouped_mm")  # 2*rows*K*N: every row of the 2-D operand once (each routed token, moe_swiglu_grouped)
 
 
 def _numel(node_or_value) -> int:

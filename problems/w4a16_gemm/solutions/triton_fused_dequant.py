@@ -17,14 +17,25 @@ import triton
 import triton.language as tl
 
 GROUP = 128
-INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # the interpreter's bf16 dot is wrong: dot in fp32
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"  # the interpreter: dots in float32, casts rounded by hand
+
+
+@triton.jit
+def _to_bf16(x, EXACT_RNE: tl.constexpr):
+    """float32 rounded to the nearest bfloat16 (ties to even). EXACT_RNE does it with integer ops:
+    Triton's interpreter truncates in its float32 -> bfloat16 cast."""
+    if EXACT_RNE:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True).to(tl.bfloat16)
+    return x.to(tl.bfloat16)
 
 
 @triton.jit
 def _w4a16_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_iters_per_split,
                   stride_xm, stride_qk, stride_sg, stride_om,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, GROUP_M: tl.constexpr,
-                  ATOMIC: tl.constexpr, FP32_DOT: tl.constexpr):
+                  ATOMIC: tl.constexpr, INTERPRETER: tl.constexpr):
     pid = tl.program_id(0)
     grid_m = tl.cdiv(M, BM)
     grid_n = tl.cdiv(N, BN)
@@ -49,11 +60,11 @@ def _w4a16_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_iters_per_spl
         group = k0 // 128
         scale = tl.load(s_ptr + group * stride_sg + rn, mask=n_ok, other=0.0).to(tl.float32)
         zero = tl.load(z_ptr + group * stride_sg + rn, mask=n_ok, other=0.0).to(tl.float32)
-        w_even = (((packed & 0xF).to(tl.float32) - zero[None, :]) * scale[None, :]).to(tl.bfloat16)
-        w_odd = (((packed >> 4).to(tl.float32) - zero[None, :]) * scale[None, :]).to(tl.bfloat16)
+        w_even = _to_bf16(((packed & 0xF).to(tl.float32) - zero[None, :]) * scale[None, :], INTERPRETER)
+        w_odd = _to_bf16(((packed >> 4).to(tl.float32) - zero[None, :]) * scale[None, :], INTERPRETER)
         x = tl.load(x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :], mask=m_ok[:, None], other=0.0)
         x_even, x_odd = tl.split(tl.reshape(x, (BM, BK // 2, 2)))
-        if FP32_DOT:
+        if INTERPRETER:  # its bfloat16 dot is wrong; float32 is exact on bfloat16 values
             acc = tl.dot(x_even.to(tl.float32), w_even.to(tl.float32), acc)
             acc = tl.dot(x_odd.to(tl.float32), w_odd.to(tl.float32), acc)
         else:
@@ -63,7 +74,7 @@ def _w4a16_kernel(x_ptr, qw_ptr, s_ptr, z_ptr, out_ptr, M, N, K, k_iters_per_spl
     if ATOMIC:
         tl.atomic_add(out, acc, mask=m_ok[:, None] & n_ok[None, :])
     else:
-        tl.store(out, acc.to(tl.bfloat16), mask=m_ok[:, None] & n_ok[None, :])
+        tl.store(out, _to_bf16(acc, INTERPRETER), mask=m_ok[:, None] & n_ok[None, :])
 
 
 def _config(M: int, N: int, K: int, device: torch.device) -> dict:
@@ -99,7 +110,7 @@ def w4a16_matmul(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, z
     grid = (triton.cdiv(M, cfg["BM"]) * triton.cdiv(N, cfg["BN"]), split)
     _w4a16_kernel[grid](x, qweight, scales, zeros, out, M, N, K, per_split,
                         x.stride(0), qweight.stride(0), scales.stride(0), out.stride(0),
-                        ATOMIC=atomic, FP32_DOT=INTERPRET, num_warps=warps, num_stages=stages, **cfg)
+                        ATOMIC=atomic, INTERPRETER=INTERPRET, num_warps=warps, num_stages=stages, **cfg)
     return out.to(torch.bfloat16) if atomic else out
 
 
