@@ -24,17 +24,18 @@ def test_quantizer_follows_the_stated_rule():
     assert scales.dtype == zeros.dtype == torch.bfloat16 and scales.shape == zeros.shape == (2, 6)
     for g, n in [(0, 0), (1, 5), (0, 3)]:
         block = w[128 * g : 128 * (g + 1), n]
-        scale = ((block.max() - block.min()) / 15).to(torch.bfloat16)
-        zero = torch.round(-block.min() / scale.float()).clamp(0, 15)
-        assert scales[g, n] == scale and zeros[g, n] == zero
+        scale = (block.max() - block.min()) / 15
+        zero = torch.round(-block.min() / scale).clamp(0, 15)
+        assert scales[g, n] == scale.to(torch.bfloat16) and zeros[g, n] == zero
         for k in (0, 1, 77, 127):  # even rows in the low nibble, odd rows in the high nibble
             byte = int(qweight[64 * g + k // 2, n])
             code = (byte >> 4) if k % 2 else (byte & 0xF)
-            expect = int(torch.round(block[k] / scale.float() + zero).clamp(0, 15))
-            assert code == expect
+            assert code == int(torch.round(block[k] / scale + zero).clamp(0, 15))
     q = REF.unpack(qweight).reshape(2, 128, 6).float()
     dequant = ((q - zeros.float()[:, None]) * scales.float()[:, None]).reshape(256, 6)
-    assert float((dequant - w).abs().max()) <= 0.51 * float(scales.float().max())  # within half a step
+    step = scales.float().repeat_interleave(128, 0)
+    error = (dequant - w).abs() / step  # rounding to the grid, which the integer zero shifts by up to half a step
+    assert float(error.max()) <= 1.0 and float(error.mean()) < 0.3
 
 
 def _mistakes(model, x: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -1,6 +1,7 @@
 """y = x @ w with int4 weights (asymmetric, groups of 128 along K) and bfloat16 activations (reference).
 
-Weight layout (the usual GPTQ/AWQ-style asymmetric int4, packed along K):
+Weight layout (the usual GPTQ/AWQ-style asymmetric int4 packed along K, as kimi_linear_decode's
+W4A16 layers hold theirs):
 - `qweight` uint8 (K/2, N): two 4-bit codes per byte along K, q[2j, n] in the low nibble of
   qweight[j, n] and q[2j+1, n] in the high nibble;
 - `scales`, `zeros` bfloat16 (K/128, N): per group of 128 rows of K and per column;
@@ -21,13 +22,12 @@ GROUP = 128
 def quantize(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(qweight uint8 (K/2, N), scales bf16 (K/G, N), zeros bf16 (K/G, N)) for a float (K, N) weight."""
     K, N = w.shape
-    groups = w.reshape(K // GROUP, GROUP, N)
+    groups = w.float().reshape(K // GROUP, GROUP, N)
     lo, hi = groups.amin(dim=1), groups.amax(dim=1)
-    scales = ((hi - lo) / 15).to(torch.bfloat16)
-    zeros = torch.round(-lo / scales.float()).clamp(0, 15).to(torch.bfloat16)
-    q = torch.round(groups / scales.float()[:, None] + zeros.float()[:, None]).clamp(0, 15).to(torch.uint8)
-    q = q.reshape(K // 2, 2, N)
-    return q[:, 0] | (q[:, 1] << 4), scales, zeros
+    scale = ((hi - lo) / 15).clamp_min(1e-8)
+    zero = torch.round(-lo / scale).clamp(0, 15)
+    q = torch.round(groups / scale[:, None] + zero[:, None]).clamp(0, 15).to(torch.uint8).reshape(K, N)
+    return q[0::2] | (q[1::2] << 4), scale.to(torch.bfloat16), zero.to(torch.bfloat16)
 
 
 def unpack(qweight: torch.Tensor) -> torch.Tensor:
