@@ -69,3 +69,13 @@ def test_layout_mistakes_fail_the_bar(shape_index):
         assert not ok, f"{mistake} passes (rel-L2 {stats['rel_l2_err']:.3g})"
     ok, mismatch, _ = compare_outputs([REF.oracle(model, [x]).to(torch.bfloat16)], [expected], SPEC.tolerance)
     assert ok, mismatch  # while the exact dequantization, rounded once, passes
+
+
+def test_packing_is_kimi_linear_decodes():
+    """The issue asks for kimi_linear_decode's int4 layout: the same codes, scales and zeros."""
+    kimi = import_file(get_problem("kimi_linear_decode").reference_path, "_kimi_ref")
+    torch.manual_seed(1)
+    w = torch.randn(384, 24) * 0.02
+    ours, theirs = REF.quantize(w), kimi.quantize_w4(w, 128)
+    assert all(torch.equal(a, b) for a, b in zip(ours, theirs))
+    assert torch.equal(REF.unpack(ours[0]), kimi.unpack_w4(ours[0]))
