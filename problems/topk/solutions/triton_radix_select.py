@@ -8,8 +8,9 @@ positives, every bit flipped for negatives; -0.0 is first made +0.0). Two paths:
 - otherwise, a radix select: `_radix_select_kernel` finds the k-th largest key one byte at a time
   (four histogram passes over the row, each counting only the elements that match the bytes
   fixed so far), then writes the indices of the elements above it plus the first ones equal to
-  it, in index order; `_sort_selected_kernel` sorts those k by (key descending, index
-  ascending) with one 64-bit key each and gathers their values.
+  it, in index order; `_sort_selected_kernel` orders those k by (key descending, index
+  ascending), packed into one 64-bit key each: for k up to RANK_K each one's place is the count
+  of keys above it (one comparison matrix), for larger k a bitonic sort (tl.sort).
 """
 
 import torch
