@@ -30,7 +30,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     width = max((len(n) for n in problems), default=4)
     print(f"{'problem':<{width}}  {'env id':<{width + 17}}  level  {'regime':<13}  {'baseline':<11}  description")
     for name, spec in sorted(problems.items(), key=lambda kv: (kv[1].level, kv[0])):
-        regime = spec.regime or "-"
+        regime = spec.regime_label or "-"
         print(f"{name:<{width}}  {spec.env_id():<{width + 17}}  {spec.level:^5}  {regime:<13}  "
               f"{spec.baseline.value:<11}  {spec.description.strip().splitlines()[0]}")
     return 0

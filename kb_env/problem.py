@@ -189,9 +189,10 @@ class ProblemSpec(_Strict):
         default_factory=list,
         description="extra correctness cases per shape: transformed inputs (scaled up or down, heavy-tailed), "
                     "which catch kernels fitted to one input distribution")
-    regime: Regime | None = Field(
-        default=None, description="the roofline regime of every GPU shape on the H100 and H200 rows of the "
-                                  "hardware table (tested against the formulas); the agent is told it")
+    regime: Regime | list[Regime] | None = Field(
+        default=None, description="the roofline regime on the H100 and H200 rows of the hardware table (tested "
+                                  "against the formulas): one for every GPU shape, or a list with one per GPU "
+                                  "shape where they differ (a GEMM at decode and at prefill sizes); the agent is told it")
 
     # Set by the loader, not written in the yaml.
     folder: Path = Field(default=Path("."), exclude=True)
@@ -220,6 +221,12 @@ class ProblemSpec(_Strict):
         for dtype in self.tolerance:
             if dtype not in {"float64", "float32", "float16", "bfloat16", "int64", "int32", "bool"}:
                 raise ValueError(f"tolerance: unknown dtype {dtype!r}")
+        if isinstance(self.regime, list):
+            if len(self.regime) != len(self.shapes.gpu):
+                raise ValueError(f"regime: {len(self.regime)} entries for {len(self.shapes.gpu)} GPU shapes "
+                                 "(give one regime, or one per GPU shape)")
+            if len(set(self.regime)) == 1:
+                raise ValueError(f"regime: every GPU shape is {self.regime[0]}; write it once")
         return self
 
     # ----- derived facts -------------------------------------------------------------
@@ -229,6 +236,15 @@ class ProblemSpec(_Strict):
     @property
     def gpu_only(self) -> bool:
         return not self.shapes.cpu
+
+    def regime_of(self, gpu_shape_index: int) -> Regime | None:
+        """The declared regime of the GPU shape at this index."""
+        return self.regime[gpu_shape_index] if isinstance(self.regime, list) else self.regime
+
+    @property
+    def regime_label(self) -> str | None:
+        """The regime in one word: 'mixed' where the GPU shapes differ."""
+        return "mixed" if isinstance(self.regime, list) else self.regime
 
     def flops_of(self, shape: Shape) -> float:
         return _eval_formula(self.flops, shape)

@@ -48,7 +48,7 @@ def test_list_prints_each_problem_and_env_id(capsys):
         assert f"KernelBench/{name}-v0" in line
         assert spec.description.strip().splitlines()[0][:30] in line
         assert line.split()[2] == str(spec.level) and spec.baseline.value in line.split()
-        assert (spec.regime or "-") in line.split()
+        assert (spec.regime_label or "-") in line.split()
 
 
 def test_list_json_parses(capsys):

@@ -126,6 +126,8 @@ CASES = {
     "stress-unknown-key": (dict(stress=[{"shift": 3}]), "stress"),
     "stress-scales-retired": (dict(stress_scales=[64.0]), "stress_scales"),
     "regime-unknown": (dict(regime="latency-bound"), "regime"),
+    "regime-list-length": (dict(regime=["memory-bound", "compute-bound", "memory-bound"]), "regime"),
+    "regime-list-uniform": (dict(regime=["memory-bound", "memory-bound"]), "regime"),
     "level-missing": (dict(level=_DELETE), "level"),
     "level-five": (dict(level=5), "level"),
     "gpu-shapes-empty": (dict(shapes={"gpu": [], "cpu": [{"rows": 2, "cols": 3}]}), "gpu"),
@@ -211,6 +213,21 @@ def test_gpu_only_problem_loads_and_cpu_mode_refuses_it(folder):
 
     with pytest.raises(ValueError, match="GPU-only"):
         Evaluator(spec, "cpu")
+
+
+def test_regime_per_gpu_shape(folder):
+    """A problem whose GPU shapes straddle the ridge (a GEMM at decode and at prefill sizes) lists one
+    regime per GPU shape; `kb list` calls it mixed and the agent is told each shape's."""
+    from kb_env.policies.prompts import first_prompt
+
+    spec = load_problem(broken(folder, regime=["compute-bound", "memory-bound"]))
+    assert [spec.regime_of(i) for i in range(2)] == ["compute-bound", "memory-bound"]
+    assert spec.regime_label == "mixed"
+    prompt = first_prompt(spec, "triton", "an H100", 2, "ref")
+    assert "compute-bound at rows=4096, cols=16384; memory-bound at rows=32768, cols=1024" in prompt
+    single = get_problem("softmax")
+    assert single.regime_of(1) == single.regime_label == "memory-bound"
+    assert "the problem is memory-bound" in first_prompt(single, "triton", "an H100", 2, "ref")
 
 
 def test_stress_cases_describe_themselves():
