@@ -7,7 +7,17 @@ mean) and counted by `count_flops`:
 - a matrix product (mm, bmm) is 2*M*N*K, addmm/baddbmm add M*N for the added term;
 - a pointwise arithmetic op (add, mul, exp, tanh, rsqrt, pow, ...) is 1 FLOP per output element;
 - a reduction (sum, amax, ...) is 1 FLOP per input element;
-- dtype conversions, views, broadcasts, copies and allocations are free.
+- a convolution is 2 FLOPs per multiply-add: 2 * output elements * (C_in / groups) * kernel area,
+  plus one per output element for a fused bias;
+- attention (torch's scaled_dot_product_attention, kept whole) is the textbook math per score it
+  does not mask: 2*D for q.k, 1 for the scale, 5 for the softmax (max, subtract, exp, sum,
+  divide) and 2*Dv for the p.v product. A causal mask (``is_causal``, top-left aligned as torch
+  aligns it) leaves the scores of keys at or before the query, S*(S+1)/2 per head when S == Sk:
+  that is the work a kernel needs, the dense-equivalent count of the unmasked scores. Counting
+  the masked half too would let a good causal kernel's peak_fraction pass 1.
+  `test_attention_rule_matches_textbook_math` ties this to a traced explicit computation;
+- dtype conversions, views, broadcasts, copies, concatenation, gathers (indexing) and
+  allocations are free.
 
 An op in none of these lists makes the counter raise: a new reference that uses one forces a
 decision here rather than being silently counted as zero. The formulas must equal the count
@@ -49,12 +59,16 @@ DECOMPOSITIONS = {
     **torch._decomp.core_aten_decompositions(),
     **torch._decomp.get_decompositions([aten._softmax, aten._log_softmax, aten.gelu, aten.mean, aten.var_mean]),
 }
+# Attention stays whole (its decomposition is masked dense math): see ATTENTION.
+del DECOMPOSITIONS[aten._scaled_dot_product_flash_attention_for_cpu.default]
 
 MATMUL = {"mm", "bmm", "addmm", "baddbmm"}
 POINTWISE = {
     "add", "sub", "rsub", "mul", "div", "true_divide", "neg", "abs", "reciprocal", "square",
     "exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf", "sin", "cos",
     "sqrt", "rsqrt", "pow", "maximum", "minimum", "clamp", "clamp_min", "clamp_max", "relu",
+    "eq",  # a comparison, 1 per element (logsumexp's guard against an infinite row max)
+    "where",  # a select, 1 per element (the same guard)
 }
 REDUCTION = {"sum", "amax", "amin", "prod", "argmax", "argmin"}
 FREE = {
@@ -63,7 +77,12 @@ FREE = {
     "squeeze", "unsqueeze", "slice", "select", "as_strided", "contiguous", "collapse_view", "split_dim",
     "empty", "empty_like", "empty_strided", "full", "full_like", "zeros", "zeros_like", "ones", "ones_like",
     "scalar_tensor", "getitem",
+    "cat",  # a copy
+    "split_with_sizes",  # views
+    "index",  # a gather: data movement
 }
+CONVOLUTION = {"convolution"}
+ATTENTION = {"_scaled_dot_product_flash_attention_for_cpu"}  # what scaled_dot_product_attention runs on CPU
 
 
 def _numel(node_or_value) -> int:
@@ -83,6 +102,35 @@ def _matmul_flops(name: str, node: torch.fx.Node) -> int:
     assert b_shape[-2] == k, (a_shape, b_shape)
     out = _numel(node)  # M*N (times the batch for bmm)
     return 2 * out * k + (out if name in ("addmm", "baddbmm") else 0)
+
+
+def _conv_flops(node: torch.fx.Node) -> int:
+    _, weight, bias, _stride, _padding, _dilation, transposed, *_ = node.args
+    if transposed:
+        raise NotImplementedError("the FLOP counter has no rule for a transposed convolution")
+    per_output = weight.meta["val"][0].numel()  # (C_in / groups) * kernel area
+    return 2 * _numel(node) * per_output + (_numel(node) if bias is not None else 0)
+
+
+def causal_scores(s: int, sk: int) -> int:
+    """Scores a top-left-aligned causal mask keeps: query i sees keys 0..i, at most sk of them."""
+    return s * (s + 1) // 2 if s <= sk else sk * (sk + 1) // 2 + (s - sk) * sk
+
+
+def _attention_flops(node: torch.fx.Node) -> tuple[int, int]:
+    """(matmul, softmax) FLOPs of one attention call, by the module docstring's convention."""
+    q, k, v = (a.meta["val"] for a in node.args[:3])
+    dropout = node.args[3] if len(node.args) > 3 else 0.0
+    causal = node.args[4] if len(node.args) > 4 else node.kwargs.get("is_causal", False)
+    if dropout or node.kwargs.get("attn_mask") is not None:
+        raise NotImplementedError("the FLOP counter has no rule for attention with dropout or an explicit mask")
+    *batch, s, d = q.shape
+    sk, dv = k.shape[-2], v.shape[-1]
+    heads = 1
+    for n in batch:
+        heads *= n
+    scores = heads * (causal_scores(s, sk) if causal else s * sk)
+    return scores * (2 * d + 2 * dv), scores * 6
 
 
 @dataclass
@@ -115,9 +163,17 @@ def count_flops(graph: torch.fx.Graph) -> Work:
         elif name in REDUCTION:
             n = _numel(node.args[0])
             work.reduction += n
+        elif name in CONVOLUTION:
+            n = _conv_flops(node)
+            work.matmul += n
+        elif name in ATTENTION:
+            products, softmax = _attention_flops(node)
+            work.matmul += products
+            work.pointwise += softmax
+            n = products + softmax
         else:
             raise NotImplementedError(f"the FLOP counter has no rule for {node.target} ({name}); "
-                                      "add it to MATMUL, POINTWISE, REDUCTION or FREE in this module")
+                                      "add it to MATMUL, POINTWISE, REDUCTION, CONVOLUTION, ATTENTION or FREE in this module")
         work.ops[name] += n
     return work
 
@@ -210,6 +266,39 @@ def test_counter_sees_primitives_not_composites():
 def test_counter_refuses_an_op_it_has_no_rule_for():
     with pytest.raises(NotImplementedError, match="cumsum"):
         count_flops(trace(lambda x: x.cumsum(-1), torch.randn(3, 4)))
+
+
+def test_convolution_rule_counts_multiply_adds():
+    """A 1x1 convolution is a matrix product and counts like one; a 3x3 one with bias and a
+    grouped one by hand (2 per multiply-add over C_in / groups * 9 taps, 1 per output for the bias)."""
+    x, w = torch.randn(2, 6, 5, 7), torch.randn(4, 6, 1, 1)
+    conv = count_flops(trace(lambda x, w: F.conv2d(x, w), x, w))
+    product = count_flops(trace(lambda x, w: w.view(4, 6) @ x.view(2, 6, 35), x, w))
+    assert conv.flops == product.flops == 2 * (2 * 4 * 35) * 6
+    b = torch.randn(4)
+    assert count_flops(trace(lambda x, w, b: F.conv2d(x, w, b, padding=1), x, torch.randn(4, 6, 3, 3), b)).flops == (
+        2 * (2 * 4 * 35) * 6 * 9 + 2 * 4 * 35)
+    assert count_flops(trace(lambda x, w: F.conv2d(x, w, groups=2), x, torch.randn(4, 3, 3, 3))).flops == (
+        2 * (2 * 4 * 3 * 5) * 3 * 9)
+
+
+def test_attention_rule_matches_textbook_math():
+    """Attention counts what softmax(q k^T * scale) v does when traced as explicit math, per
+    score; causal keeps S*(S+1)/2 of the S*S scores per head; grouped-query counts per query head."""
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
+    fused = count_flops(trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v))
+    explicit = count_flops(trace(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * 8**-0.5, -1) @ v, q, k, v))
+    assert set(fused.ops) == set(ATTENTION) and set(explicit.ops) == {"bmm", "mul", "amax", "sub", "exp", "sum", "div"}
+    assert fused.flops == explicit.flops == 2 * 3 * 5 * 7 * (2 * 8 + 6 + 2 * 8)
+    q = torch.randn(2, 3, 7, 8)
+    causal = count_flops(trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v))
+    assert causal.flops == 2 * 3 * (7 * 8 // 2) * (2 * 8 + 6 + 2 * 8)
+    q6 = torch.randn(2, 6, 7, 8)
+    gqa = count_flops(trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                            q6, k, v))
+    wide = count_flops(trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                             q6, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)))
+    assert gqa.flops == wide.flops == 2 * causal.flops
 
 
 # ----- the formulas ---------------------------------------------------------------------------
