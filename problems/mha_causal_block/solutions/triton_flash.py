@@ -30,7 +30,7 @@ _LINEAR_CONFIGS = [
 ]
 _ATTENTION_CONFIGS = [  # BM must be a multiple of BN
     triton.Config({"BM": 128, "BN": 64}, num_warps=8, num_stages=3),
-    triton.Config({"BM": 128, "BN": 128}, num_warps=8, num_stages=3),
+    triton.Config({"BM": 128, "BN": 128}, num_warps=8, num_stages=2),
     triton.Config({"BM": 64, "BN": 64}, num_warps=4, num_stages=3),
 ]
 _CPU_LINEAR_TILE = {"BM": 32, "BN": 64, "BK": 32, "GROUP": 4}
