@@ -24,7 +24,7 @@ _GPU_CONFIGS = [
     triton.Config({"BM": 128, "BN": 128, "BK": 64, "GROUP": 8}, num_warps=8, num_stages=4),
     triton.Config({"BM": 128, "BN": 128, "BK": 64, "GROUP": 8}, num_warps=4, num_stages=4),
 ]
-_CPU_TILE = {"BM": 16, "BN": 64, "BK": 32, "GROUP": 4}
+_CPU_TILE = {"BM": 32, "BN": 64, "BK": 64, "GROUP": 4}
 
 
 @triton.jit

@@ -2,7 +2,7 @@
 projections (a tiled bfloat16 GEMM), rotary embedding of q and k in place, flash attention, and
 the output projection (the same GEMM).
 
-Rotary embedding: one program per token rotates all of its q and k heads (float32 math from the
+Rotary embedding: each program rotates all q and k heads of a few tokens (float32 math from the
 float32 cos/sin tables, one rounding to bfloat16), exactly where the projections wrote them.
 
 Flash attention: one program per (block of BM queries, batch * query head) keeps its queries in
@@ -37,8 +37,8 @@ _ATTENTION_CONFIGS = [  # BM must be a multiple of BN
     triton.Config({"BM": 128, "BN": 128}, num_warps=8, num_stages=2),
     triton.Config({"BM": 64, "BN": 64}, num_warps=4, num_stages=3),
 ]
-_CPU_LINEAR_TILE = {"BM": 32, "BN": 64, "BK": 32, "GROUP": 4}
-_CPU_ATTENTION_TILE = {"BM": 32, "BN": 16}
+_CPU_LINEAR_TILE = {"BM": 64, "BN": 64, "BK": 64, "GROUP": 4}
+_CPU_ATTENTION_TILE = {"BM": 32, "BN": 32}
 LOG2E = 1.4426950408889634
 
 
@@ -182,12 +182,8 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: tor
 
 # ----- rotary embedding, in place --------------------------------------------------------
 @triton.jit
-def _rotate_heads(ptr, n_heads, cos, sin, HALF: tl.constexpr, BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
-    """Rotate one token's [n_heads, 2 * HALF] slice (heads contiguous) in place."""
-    heads = tl.arange(0, BLOCK_H)[:, None]
-    cols = tl.arange(0, HALF)[None, :]
-    mask = heads < n_heads
-    ptrs = ptr + heads * (2 * HALF) + cols
+def _rotate_heads(ptrs, mask, cos, sin, HALF: tl.constexpr, INTERPRET: tl.constexpr):
+    """Rotate in place: ptrs is a [tokens, heads, HALF] block pointing at each head's first half."""
     a = tl.load(ptrs, mask=mask, other=0.0).to(tl.float32)
     b = tl.load(ptrs + HALF, mask=mask, other=0.0).to(tl.float32)
     tl.store(ptrs, _bf16(a * cos - b * sin, INTERPRET).to(tl.bfloat16), mask=mask)
@@ -195,24 +191,32 @@ def _rotate_heads(ptr, n_heads, cos, sin, HALF: tl.constexpr, BLOCK_H: tl.conste
 
 
 @triton.jit
-def _rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, S, H, KV, stride_q, stride_k, stride_tab,
-                 HALF: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_KV: tl.constexpr, INTERPRET: tl.constexpr):
-    """Token t (row t of q [B * S, H * D] and k [B * S, KV * D]) sits at position t % S."""
-    token = tl.program_id(0).to(tl.int64)
-    pos = token % S
-    cols = tl.arange(0, HALF)[None, :]
-    cos = tl.load(cos_ptr + pos * stride_tab + cols)
-    sin = tl.load(sin_ptr + pos * stride_tab + cols)
-    _rotate_heads(q_ptr + token * stride_q, H, cos, sin, HALF, BLOCK_H, INTERPRET)
-    _rotate_heads(k_ptr + token * stride_k, KV, cos, sin, HALF, BLOCK_KV, INTERPRET)
+def _rope_kernel(q_ptr, k_ptr, cos_ptr, sin_ptr, n_tokens, S, H, KV, stride_q, stride_k, stride_tab,
+                 HALF: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_KV: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """BLOCK_T tokens per program. Token t (row t of q [B * S, H * D] and k [B * S, KV * D]) sits at
+    position t % S."""
+    tokens = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    t_ok = (tokens < n_tokens)[:, None, None]
+    rows = tokens.to(tl.int64)[:, None, None]
+    cols = tl.arange(0, HALF)[None, None, :]
+    pos = rows % S
+    cos = tl.load(cos_ptr + pos * stride_tab + cols, mask=t_ok, other=0.0)
+    sin = tl.load(sin_ptr + pos * stride_tab + cols, mask=t_ok, other=0.0)
+    hq = tl.arange(0, BLOCK_H)[None, :, None]
+    _rotate_heads(q_ptr + rows * stride_q + hq * (2 * HALF) + cols, t_ok & (hq < H), cos, sin, HALF, INTERPRET)
+    hk = tl.arange(0, BLOCK_KV)[None, :, None]
+    _rotate_heads(k_ptr + rows * stride_k + hk * (2 * HALF) + cols, t_ok & (hk < KV), cos, sin, HALF, INTERPRET)
 
 
 def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, S: int, H: int, KV: int) -> None:
     """Rotate q [B * S, H * D] and k [B * S, KV * D] (rows contiguous) in place."""
-    half = cos.shape[1]
-    _rope_kernel[(q.shape[0],)](q, k, cos, sin, S, H, KV, q.stride(0), k.stride(0), cos.stride(0), HALF=half,
-                                BLOCK_H=triton.next_power_of_2(H), BLOCK_KV=triton.next_power_of_2(KV),
-                                INTERPRET=INTERPRET, num_warps=4)
+    n_tokens, half = q.shape[0], cos.shape[1]
+    # A few tokens per program on a GPU; more under the interpreter, whose cost is per program.
+    block_t = 2 if q.is_cuda else 16
+    _rope_kernel[(triton.cdiv(n_tokens, block_t),)](
+        q, k, cos, sin, n_tokens, S, H, KV, q.stride(0), k.stride(0), cos.stride(0), HALF=half, BLOCK_T=block_t,
+        BLOCK_H=triton.next_power_of_2(H), BLOCK_KV=triton.next_power_of_2(KV), INTERPRET=INTERPRET, num_warps=4)
 
 
 class ModelNew(nn.Module):

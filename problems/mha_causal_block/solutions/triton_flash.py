@@ -33,8 +33,8 @@ _ATTENTION_CONFIGS = [  # BM must be a multiple of BN
     triton.Config({"BM": 128, "BN": 128}, num_warps=8, num_stages=2),
     triton.Config({"BM": 64, "BN": 64}, num_warps=4, num_stages=3),
 ]
-_CPU_LINEAR_TILE = {"BM": 32, "BN": 64, "BK": 32, "GROUP": 4}
-_CPU_ATTENTION_TILE = {"BM": 32, "BN": 16}
+_CPU_LINEAR_TILE = {"BM": 64, "BN": 64, "BK": 64, "GROUP": 4}
+_CPU_ATTENTION_TILE = {"BM": 32, "BN": 32}
 LOG2E = 1.4426950408889634
 
 
