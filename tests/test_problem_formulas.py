@@ -55,6 +55,8 @@ POINTWISE = {
     "add", "sub", "rsub", "mul", "div", "true_divide", "neg", "abs", "reciprocal", "square",
     "exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf", "sin", "cos",
     "sqrt", "rsqrt", "pow", "maximum", "minimum", "clamp", "clamp_min", "clamp_max", "relu",
+    "where",  # a select (a mask applied): 1 per output element
+    "lt",  # a comparison (a mask built): 1 per output element
 }
 REDUCTION = {"sum", "amax", "amin", "prod", "argmax", "argmin"}
 FREE = {
@@ -63,6 +65,8 @@ FREE = {
     "squeeze", "unsqueeze", "slice", "select", "as_strided", "contiguous", "collapse_view", "split_dim",
     "empty", "empty_like", "empty_strided", "full", "full_like", "zeros", "zeros_like", "ones", "ones_like",
     "scalar_tensor", "getitem",
+    "index",  # a gather by an index tensor (a paged cache read through its block table): data movement
+    "arange",  # an index sequence: allocation
 }
 
 
