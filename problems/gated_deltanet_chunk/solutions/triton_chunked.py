@@ -13,7 +13,7 @@ decay summed from the chunk's start, it forms
 Kernel 2 (`_state_kernel`), one program per (sequence, head, block of value columns), walks the
 chunks in order with the state in registers: corrections U - W S, the chunk's outputs
 (q exp(gc)) S + P (U - W S), then the state decayed and updated. Products take bfloat16
-operands and accumulate in float32 (the inverse in float32), like the reference.
+operands and accumulate in float32 (the inverse's products in full float32), like the reference.
 """
 
 import os
@@ -33,8 +33,15 @@ DOT_FP32 = os.environ.get("TRITON_INTERPRET") == "1"
 # ----- kernel 1: within a chunk ------------------------------------------------------------------
 @triton.jit
 def _mm(a, b):
-    """A float32 product (tensor cores' tf32 would round its operands)."""
+    """A float32 product (tensor cores' tf32 would round its operands): the small products of
+    the inverse, where rounding errors compound."""
     return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _tc(a, b):
+    """A tensor-core product of float32 operands (tf32 on a GPU): scores, W and U."""
+    return tl.dot(a, b)
 
 
 @triton.jit
@@ -67,8 +74,8 @@ def _diag_scores(k, q, gc, BC: tl.constexpr):
     i = tl.arange(0, BC)
     decay = tl.exp(tl.where(i[:, None] >= i[None, :], gc[:, None] - gc[None, :], float("-inf")))
     kt = tl.trans(k)
-    kk = tl.where(i[:, None] > i[None, :], _mm(k, kt) * decay, 0.0)
-    return kk, _mm(q, kt) * decay
+    kk = tl.where(i[:, None] > i[None, :], _tc(k, kt) * decay, 0.0)
+    return kk, _tc(q, kt) * decay
 
 
 @triton.jit
@@ -77,7 +84,7 @@ def _pair_scores(k_i, q_i, gc_i, k_j, gc_j):
     exponent gc_i - gc_j is <= 0."""
     decay = tl.exp(gc_i[:, None] - gc_j[None, :])
     kt = tl.trans(k_j)
-    return _mm(k_i, kt) * decay, _mm(q_i, kt) * decay
+    return _tc(k_i, kt) * decay, _tc(q_i, kt) * decay
 
 
 @triton.jit
@@ -217,14 +224,14 @@ def _intra_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr,
     rk1, rv1 = _rhs(k_ptr, g_ptr, b_ptr, v_ptr, t0 + BC, T, p1, stride_t, H, stride_vt, DK, DV, BC, EPS)
     rk2, rv2 = _rhs(k_ptr, g_ptr, b_ptr, v_ptr, t0 + 2 * BC, T, p2, stride_t, H, stride_vt, DK, DV, BC, EPS)
     rk3, rv3 = _rhs(k_ptr, g_ptr, b_ptr, v_ptr, t0 + 3 * BC, T, p3, stride_t, H, stride_vt, DK, DV, BC, EPS)
-    _store_rows(w_ptr, _mm(m00, rk0), t0, DK, BC)
-    _store_rows(u_ptr, _mm(m00, rv0), t0, DV, BC)
-    _store_rows(w_ptr, _mm(m10, rk0) + _mm(m11, rk1), t0 + BC, DK, BC)
-    _store_rows(u_ptr, _mm(m10, rv0) + _mm(m11, rv1), t0 + BC, DV, BC)
-    _store_rows(w_ptr, _mm(m20, rk0) + _mm(m21, rk1) + _mm(m22, rk2), t0 + 2 * BC, DK, BC)
-    _store_rows(u_ptr, _mm(m20, rv0) + _mm(m21, rv1) + _mm(m22, rv2), t0 + 2 * BC, DV, BC)
-    _store_rows(w_ptr, _mm(m30, rk0) + _mm(m31, rk1) + _mm(m32, rk2) + _mm(m33, rk3), t0 + 3 * BC, DK, BC)
-    _store_rows(u_ptr, _mm(m30, rv0) + _mm(m31, rv1) + _mm(m32, rv2) + _mm(m33, rv3), t0 + 3 * BC, DV, BC)
+    _store_rows(w_ptr, _tc(m00, rk0), t0, DK, BC)
+    _store_rows(u_ptr, _tc(m00, rv0), t0, DV, BC)
+    _store_rows(w_ptr, _tc(m10, rk0) + _tc(m11, rk1), t0 + BC, DK, BC)
+    _store_rows(u_ptr, _tc(m10, rv0) + _tc(m11, rv1), t0 + BC, DV, BC)
+    _store_rows(w_ptr, _tc(m20, rk0) + _tc(m21, rk1) + _tc(m22, rk2), t0 + 2 * BC, DK, BC)
+    _store_rows(u_ptr, _tc(m20, rv0) + _tc(m21, rv1) + _tc(m22, rv2), t0 + 2 * BC, DV, BC)
+    _store_rows(w_ptr, _tc(m30, rk0) + _tc(m31, rk1) + _tc(m32, rk2) + _tc(m33, rk3), t0 + 3 * BC, DK, BC)
+    _store_rows(u_ptr, _tc(m30, rv0) + _tc(m31, rv1) + _tc(m32, rv2) + _tc(m33, rv3), t0 + 3 * BC, DV, BC)
 
 
 # ----- kernel 2: across chunks -------------------------------------------------------------------

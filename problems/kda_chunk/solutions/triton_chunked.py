@@ -14,7 +14,7 @@ summed from the chunk's start, it forms
 Kernel 2 (`_state_kernel`), one program per (sequence, head, block of value columns), walks the
 chunks in order with the state in registers: corrections U - W S, the chunk's outputs
 (q exp(gc)) S + P (U - W S), then the state decayed and updated. Products take bfloat16
-operands and accumulate in float32 (the inverse in float32), like the reference.
+operands and accumulate in float32 (the inverse's products in full float32), like the reference.
 """
 
 import os
@@ -34,8 +34,15 @@ DOT_FP32 = os.environ.get("TRITON_INTERPRET") == "1"
 # ----- kernel 1: within a chunk ------------------------------------------------------------------
 @triton.jit
 def _mm(a, b):
-    """A float32 product (tensor cores' tf32 would round its operands)."""
+    """A float32 product (tensor cores' tf32 would round its operands): the small products of
+    the inverse, where rounding errors compound."""
     return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _tc(a, b):
+    """A tensor-core product of float32 operands (tf32 on a GPU): scores, W and U."""
+    return tl.dot(a, b)
 
 
 @triton.jit
@@ -93,8 +100,8 @@ def _pair_scores(k_i, q_i, gc_i, k_j, gc_j, BC: tl.constexpr):
     gc_r = tl.sum(tl.where((tl.arange(0, BC) == 0)[:, None], gc_i, 0.0), 0)
     to_r = tl.exp(gc_i - gc_r[None, :])
     from_r = tl.trans(k_j * tl.exp(gc_r[None, :] - gc_j))
-    kk = _mm(k_i * to_r, from_r)
-    qk = _mm(q_i * to_r, from_r)
+    kk = _tc(k_i * to_r, from_r)
+    qk = _tc(q_i * to_r, from_r)
     return kk, qk
 
 
@@ -236,14 +243,14 @@ def _intra_kernel(q_ptr, k_ptr, v_ptr, g_ptr, b_ptr,
     rk1, rv1 = _rhs(k_ptr, g_ptr, b_ptr, v_ptr, t0 + BC, T, p1, stride_t, H, stride_vt, DK, DV, BC, EPS)
     rk2, rv2 = _rhs(k_ptr, g_ptr, b_ptr, v_ptr, t0 + 2 * BC, T, p2, stride_t, H, stride_vt, DK, DV, BC, EPS)
     rk3, rv3 = _rhs(k_ptr, g_ptr, b_ptr, v_ptr, t0 + 3 * BC, T, p3, stride_t, H, stride_vt, DK, DV, BC, EPS)
-    _store_rows(w_ptr, _mm(m00, rk0), t0, DK, BC)
-    _store_rows(u_ptr, _mm(m00, rv0), t0, DV, BC)
-    _store_rows(w_ptr, _mm(m10, rk0) + _mm(m11, rk1), t0 + BC, DK, BC)
-    _store_rows(u_ptr, _mm(m10, rv0) + _mm(m11, rv1), t0 + BC, DV, BC)
-    _store_rows(w_ptr, _mm(m20, rk0) + _mm(m21, rk1) + _mm(m22, rk2), t0 + 2 * BC, DK, BC)
-    _store_rows(u_ptr, _mm(m20, rv0) + _mm(m21, rv1) + _mm(m22, rv2), t0 + 2 * BC, DV, BC)
-    _store_rows(w_ptr, _mm(m30, rk0) + _mm(m31, rk1) + _mm(m32, rk2) + _mm(m33, rk3), t0 + 3 * BC, DK, BC)
-    _store_rows(u_ptr, _mm(m30, rv0) + _mm(m31, rv1) + _mm(m32, rv2) + _mm(m33, rv3), t0 + 3 * BC, DV, BC)
+    _store_rows(w_ptr, _tc(m00, rk0), t0, DK, BC)
+    _store_rows(u_ptr, _tc(m00, rv0), t0, DV, BC)
+    _store_rows(w_ptr, _tc(m10, rk0) + _tc(m11, rk1), t0 + BC, DK, BC)
+    _store_rows(u_ptr, _tc(m10, rv0) + _tc(m11, rv1), t0 + BC, DV, BC)
+    _store_rows(w_ptr, _tc(m20, rk0) + _tc(m21, rk1) + _tc(m22, rk2), t0 + 2 * BC, DK, BC)
+    _store_rows(u_ptr, _tc(m20, rv0) + _tc(m21, rv1) + _tc(m22, rv2), t0 + 2 * BC, DV, BC)
+    _store_rows(w_ptr, _tc(m30, rk0) + _tc(m31, rk1) + _tc(m32, rk2) + _tc(m33, rk3), t0 + 3 * BC, DK, BC)
+    _store_rows(u_ptr, _tc(m30, rv0) + _tc(m31, rv1) + _tc(m32, rv2) + _tc(m33, rv3), t0 + 3 * BC, DV, BC)
 
 
 # ----- kernel 2: across chunks -------------------------------------------------------------------
