@@ -312,7 +312,7 @@ def kda_chunk(q, k, v, g, b, h0):
     dec = torch.empty(batch * H * n_chunks, dk, dtype=torch.float32, device=dev)
     _intra_kernel[(n_chunks, batch * H)](
         q, k, v, g, b, w, u, q_in, k_out, p, dec, T, n_chunks, dk ** -0.5,
-        H=H, DK=dk, DV=dv, C=CHUNK, BC=SUB, BK=min(dk, 32), EPS=EPS, num_warps=4)
+        H=H, DK=dk, DV=dv, C=CHUNK, BC=SUB, BK=min(dk, 32), EPS=EPS, num_warps=8)
     o = torch.empty(batch, T, H, dv, dtype=torch.bfloat16, device=dev)
     ht = torch.empty(batch, H, dk, dv, dtype=torch.float32, device=dev)
     bv = min(dv, 32)
