@@ -24,12 +24,13 @@ class Model(nn.Module):
 
     def forward(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                 block_table: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+        acc = torch.float64 if q.dtype == torch.float64 else torch.float32  # float64: the oracle
         batch, q_heads, head_dim = q.shape
         kv_heads, group = self.kv_heads, q_heads // self.kv_heads
         span = block_table.shape[1] * PAGE  # the longest a sequence can be
-        k = k_cache[block_table].reshape(batch, span, kv_heads, head_dim).float()
-        v = v_cache[block_table].reshape(batch, span, kv_heads, head_dim).float()
-        qg = q.float().reshape(batch, kv_heads, group, head_dim)
+        k = k_cache[block_table].reshape(batch, span, kv_heads, head_dim).to(acc)
+        v = v_cache[block_table].reshape(batch, span, kv_heads, head_dim).to(acc)
+        qg = q.to(acc).reshape(batch, kv_heads, group, head_dim)
         scores = torch.einsum("bhgd,bthd->bhgt", qg, k) * self.scale
         valid = torch.arange(span, device=q.device) < seq_lens[:, None]  # [batch, span]
         scores = torch.where(valid[:, None, None, :], scores, float("-inf"))
