@@ -35,6 +35,23 @@ Bytes: the minimum traffic of one forward: every input tensor, every state_dict 
 CPU shapes are traced on real tensors; GPU shapes (too big to materialise here in a few seconds)
 on fake tensors, which carry shapes and dtypes only -- `test_fake_trace_counts_like_real_trace`
 checks the two agree.
+
+What is traced is the reference's forward, unless its module names another computation of the
+same function, for one of two reasons:
+
+- ``counted_forward(model, *inputs)``: the reference's own algorithm does far more arithmetic
+  than the problem needs, so counting it would put the roofline out of a good kernel's reach
+  (peak_fraction above 1). mla_decode's reference materialises per-head keys and values from the
+  latent cache; its counted form absorbs the up-projection into the query. The delta-rule
+  problems run a chunked form; their counted form is the token-by-token recurrence (the least
+  arithmetic, and their float64 oracle). `test_counted_forward_computes_the_reference` checks
+  that it returns the reference's outputs.
+- ``COUNTED_STEPS = "<shape variable>"``: the counted form is a loop of identical steps over that
+  variable (one per token), so its work is affine in it. Tracing 8192 steps takes make_fx
+  minutes (and even 90 steps most of a minute here), so the FLOPs formula is checked against
+  traces at 1, 2 and 3 steps, the other variables as the shape gives them, and the three counts
+  must lie on a line; likewise the bytes of a GPU shape (running a chunked reference over 8192
+  fake tokens takes half a minute: every tensor it moves is affine in the steps as well).
 """
 
 from __future__ import annotations
@@ -50,10 +67,11 @@ import torch.nn.functional as F
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from kb_env.evaluate.correctness import compare_outputs
 from kb_env.evaluate.roofline import ridge_point, roofline_time_s
 from kb_env.hardware import by_key
 from kb_env.problem import Interface, all_problems, import_file
-from kb_env.sandbox.cases import make_reference_model
+from kb_env.sandbox.cases import as_output_list, make_inputs, make_reference_model
 
 aten = torch.ops.aten
 
@@ -74,7 +92,8 @@ POINTWISE = {
     "exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf", "sin", "cos",
     "sqrt", "rsqrt", "pow", "maximum", "minimum", "clamp", "clamp_min", "clamp_max", "relu",
     "eq",  # a comparison, 1 per element (logsumexp's guard against an infinite row max)
-    "where",  # a select, 1 per element (the same guard)
+    "where",  # a select (a mask applied, or logsumexp's guard): 1 per output element
+    "lt",  # a comparison (a mask built): 1 per output element
 }
 REDUCTION = {"sum", "amax", "amin", "prod", "argmax", "argmin"}
 FREE = {
@@ -83,9 +102,10 @@ FREE = {
     "squeeze", "unsqueeze", "slice", "select", "as_strided", "contiguous", "collapse_view", "split_dim",
     "empty", "empty_like", "empty_strided", "full", "full_like", "zeros", "zeros_like", "ones", "ones_like",
     "scalar_tensor", "getitem",
-    "cat",  # a copy
+    "cat",  # concatenation (per-token outputs stacked): data movement
     "split_with_sizes",  # views
-    "index",  # a gather: data movement
+    "index",  # a gather by an index tensor (a paged cache read through its block table): data movement
+    "arange",  # an index sequence: allocation
 }
 # Rules added with the Level-1 deck, one per line (see the module docstring for each convention).
 SCAN = {"cumsum"}
@@ -217,8 +237,7 @@ def _tensor_bytes(values) -> int:
 
 
 @dataclass
-class Measured:
-    work: Work
+class Tensors:
     input_bytes: int
     state_bytes: int
     output_bytes: int
@@ -228,26 +247,43 @@ class Measured:
         return self.input_bytes + self.state_bytes + self.output_bytes
 
 
-def _measure(name: str, shape: dict[str, int]) -> Measured:
+def _case(name: str, shape: dict[str, int]):
     ref = _reference(name)
     model = make_reference_model(ref, shape, param_seed=0).eval()
     torch.manual_seed(0)
-    inputs = ref.get_inputs(**shape)
+    return ref, model, ref.get_inputs(**shape)
+
+
+def _counted_work(name: str, shape: dict[str, int]) -> Work:
+    ref, model, inputs = _case(name, shape)
+    counted = getattr(ref, "counted_forward", None)
+    return count_flops(trace((lambda *xs: counted(model, *xs)) if counted else (lambda *xs: model(*xs)), *inputs))
+
+
+def _tensors(name: str, shape: dict[str, int]) -> Tensors:
+    _, model, inputs = _case(name, shape)
     with torch.no_grad():
         out = model(*inputs)
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
-    graph = trace(lambda *xs: model(*xs), *inputs)
-    return Measured(count_flops(graph), _tensor_bytes(inputs), _tensor_bytes(model.state_dict().values()),
-                    _tensor_bytes(outs))
+    return Tensors(_tensor_bytes(inputs), _tensor_bytes(model.state_dict().values()), _tensor_bytes(outs))
 
 
 @lru_cache(maxsize=None)
-def measure(name: str, shape_items: tuple, fake: bool) -> Measured:
-    shape = dict(shape_items)
+def measure_work(name: str, shape_items: tuple, fake: bool) -> Work:
+    """FLOPs of the counted computation; on fake tensors (shapes and dtypes only) for GPU shapes."""
     if not fake:
-        return _measure(name, shape)
-    with FakeTensorMode():  # shapes and dtypes only: a GPU-sized problem costs nothing
-        return _measure(name, shape)
+        return _counted_work(name, dict(shape_items))
+    with FakeTensorMode():  # a GPU-sized problem costs nothing
+        return _counted_work(name, dict(shape_items))
+
+
+@lru_cache(maxsize=None)
+def measure_tensors(name: str, shape_items: tuple, fake: bool) -> Tensors:
+    """Bytes of the inputs, the state_dict and the reference's outputs."""
+    if not fake:
+        return _tensors(name, dict(shape_items))
+    with FakeTensorMode():
+        return _tensors(name, dict(shape_items))
 
 
 def _cases():
@@ -337,24 +373,44 @@ def test_attention_rule_matches_textbook_math():
 
 
 # ----- the formulas ---------------------------------------------------------------------------
+def _step_shapes(name: str, shape: dict[str, int]) -> list[dict[str, int]]:
+    """The shapes a formula is checked at: `shape` itself, or for a reference whose counted form
+    steps over a shape variable (COUNTED_STEPS), that variable set to 1, 2 and 3."""
+    steps = getattr(_reference(name), "COUNTED_STEPS", None)
+    if steps is None:
+        return [shape]
+    assert steps in shape, f"{name}: COUNTED_STEPS names {steps!r}, not a shape variable"
+    return [{**shape, steps: n} for n in (1, 2, 3)]
+
+
+def _on_a_line(values: list[int]) -> bool:
+    return len(values) < 3 or values[2] - values[1] == values[1] - values[0] > 0
+
+
 @pytest.mark.parametrize("name,shape,fake", list(CASES))
 def test_flops_formula_matches_counted_work(name, shape, fake):
     spec = PROBLEMS[name]
-    work = measure(name, tuple(shape.items()), fake).work
-    formula = spec.flops_of(shape)
-    assert formula == work.flops, (
-        f"{name} {shape}: flops formula {spec.flops!r} = {formula:.0f}, the reference does {work.flops} "
-        f"(matmul {work.matmul}, pointwise {work.pointwise}, reduction {work.reduction}; by op {dict(work.ops)})")
+    checked = _step_shapes(name, shape)
+    works = [measure_work(name, tuple(s.items()), fake) for s in checked]
+    assert _on_a_line([w.flops for w in works]), f"{name}: the counted work is not affine in its steps"
+    for s, work in zip(checked, works):
+        formula = spec.flops_of(s)
+        assert formula == work.flops, (
+            f"{name} {s}: flops formula {spec.flops!r} = {formula:.0f}, the reference does {work.flops} "
+            f"(matmul {work.matmul}, pointwise {work.pointwise}, reduction {work.reduction}; by op {dict(work.ops)})")
 
 
 @pytest.mark.parametrize("name,shape,fake", CASES)
 def test_bytes_formula_matches_tensor_traffic(name, shape, fake):
     spec = PROBLEMS[name]
-    m = measure(name, tuple(shape.items()), fake)
-    assert m.input_bytes > 0 and m.output_bytes > 0
-    assert spec.bytes_of(shape) == m.bytes, (
-        f"{name} {shape}: bytes formula {spec.bytes!r} = {spec.bytes_of(shape):.0f}, the tensors move {m.bytes} "
-        f"(inputs {m.input_bytes}, state_dict {m.state_bytes}, outputs {m.output_bytes})")
+    checked = _step_shapes(name, shape) if fake else [shape]
+    tensors = [measure_tensors(name, tuple(s.items()), fake) for s in checked]
+    assert _on_a_line([m.bytes for m in tensors]), f"{name}: the tensors' bytes are not affine in its steps"
+    for s, m in zip(checked, tensors):
+        assert m.input_bytes > 0 and m.output_bytes > 0
+        assert spec.bytes_of(s) == m.bytes, (
+            f"{name} {s}: bytes formula {spec.bytes!r} = {spec.bytes_of(s):.0f}, the tensors move {m.bytes} "
+            f"(inputs {m.input_bytes}, state_dict {m.state_bytes}, outputs {m.output_bytes})")
 
 
 @pytest.mark.parametrize("name", sorted(FORWARD))
@@ -362,12 +418,31 @@ def test_fake_trace_counts_like_real_trace(name):
     spec = PROBLEMS[name]
     if spec.gpu_only:
         pytest.skip(f"{name} is GPU-only: its shapes are traced on fake tensors only")
-    shape = tuple(spec.shapes.cpu[0].items())
-    real, fake = measure(name, shape, False), measure(name, shape, True)
-    assert fake.work.ops == real.work.ops
+    shape = spec.shapes.cpu[0]
+    traced = tuple(_step_shapes(name, shape)[-1].items())
+    real, fake = measure_work(name, traced, False), measure_work(name, traced, True)
+    assert fake.ops == real.ops
     # Some work was counted, unless the problem is pure data movement (a permute copy: 0 FLOPs).
-    assert fake.work.flops > 0 or spec.flops_of(dict(shape)) == 0
-    assert (fake.input_bytes, fake.state_bytes, fake.output_bytes) == (real.input_bytes, real.state_bytes, real.output_bytes)
+    assert fake.flops > 0 or spec.flops_of(dict(shape)) == 0
+    assert measure_tensors(name, tuple(shape.items()), False) == measure_tensors(name, tuple(shape.items()), True)
+
+
+COUNTED = sorted(name for name in FORWARD if hasattr(_reference(name), "counted_forward"))
+
+
+@pytest.mark.parametrize("name", COUNTED)
+def test_counted_forward_computes_the_reference(name):
+    """A reference's counted form is the same function: on the first CPU shape and grading seed its
+    outputs pass the problem's tolerance against the reference's."""
+    spec, ref = PROBLEMS[name], _reference(name)
+    shape = spec.shapes.cpu[0]
+    inputs = make_inputs(ref, shape, spec.seeds[0], "cpu")
+    model = make_reference_model(ref, shape, param_seed=0).eval()
+    with torch.no_grad():
+        expected = as_output_list(model(*inputs))
+        got = as_output_list(ref.counted_forward(model, *inputs))
+    ok, mismatch, _ = compare_outputs(got, expected, spec.tolerance)
+    assert ok, mismatch
 
 
 # ----- roofline regime ------------------------------------------------------------------------
