@@ -57,34 +57,42 @@ def _rstd(x_ptr, eps, N: tl.constexpr, BLOCK: tl.constexpr):
 
 @triton.jit
 def _w4_tile(x_ptr, nw_ptr, rstd, w_ptr, s_ptr, z_ptr, n0, n_end,
-             K: tl.constexpr, NS: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, GPK: tl.constexpr,
-             NORM: tl.constexpr):
-    """sum_k xin[k] * w[k, n] for the BN columns n0.. (masked at n_end) of a W4A16 weight: `w_ptr`
-    points at its packed bytes (K/2 rows of NS), `s_ptr`/`z_ptr` at its scales/zeros (K/GROUP rows of
-    NS). xin = x (fp32), or x * rstd * nw with NORM (the RMSNorm fused). GPK groups per iteration."""
+             K: tl.constexpr, NS: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, NORM: tl.constexpr):
+    """sum_k xin[k] * w[k, n] for the BN columns n0.. (masked at n_end) of a W4A16 weight: `w_ptr` at
+    its packed bytes (K/2 rows of NS), `s_ptr`/`z_ptr` at its scales/zeros (K/GROUP rows of NS).
+    xin = x (fp32), or x * rstd * nw with NORM (the RMSNorm fused). One quantization group per
+    iteration, the next group's bytes loaded before this one is used (a register prefetch)."""
     HALF: tl.constexpr = GROUP // 2
     NG: tl.constexpr = K // GROUP
-    gi = tl.arange(0, GPK)[:, None, None]
-    ri = tl.arange(0, HALF)[None, :, None]
-    n = n0 + tl.arange(0, BN)[None, None, :]
+    r = tl.arange(0, HALF)[:, None]
+    n = n0 + tl.arange(0, BN)[None, :]
     nmask = n < n_end
-    acc = tl.zeros([GPK, HALF, BN], dtype=tl.float32)
-    for g0 in range(0, NG, GPK):
-        g = g0 + gi
-        gmask = g < NG
-        row = g * HALF + ri  # packed row: k = 2 * row (low nibble) and 2 * row + 1 (high nibble)
-        wq = tl.load(w_ptr + row * NS + n, mask=gmask & nmask, other=0)
-        sc = tl.load(s_ptr + g * NS + n, mask=gmask & nmask, other=0.0).to(tl.float32)
-        zr = tl.load(z_ptr + g * NS + n, mask=gmask & nmask, other=0.0).to(tl.float32)
-        x0 = tl.load(x_ptr + 2 * row, mask=gmask, other=0.0, cache_modifier=".cg")
-        x1 = tl.load(x_ptr + 2 * row + 1, mask=gmask, other=0.0, cache_modifier=".cg")
+    acc = tl.zeros([HALF, BN], dtype=tl.float32)
+    wq = tl.load(w_ptr + r * NS + n, mask=nmask, other=0)
+    sc = tl.load(s_ptr + n, mask=nmask, other=0.0)
+    zr = tl.load(z_ptr + n, mask=nmask, other=0.0)
+    for g in range(NG):
+        more = g + 1 < NG
+        wq_next = tl.load(w_ptr + ((g + 1) * HALF + r) * NS + n, mask=more & nmask, other=0)
+        sc_next = tl.load(s_ptr + (g + 1) * NS + n, mask=more & nmask, other=0.0)
+        zr_next = tl.load(z_ptr + (g + 1) * NS + n, mask=more & nmask, other=0.0)
+        k = 2 * (g * HALF + r)  # packed row g * HALF + r holds k (low nibble) and k + 1 (high nibble)
+        x0 = tl.load(x_ptr + k, cache_modifier=".cg")
+        x1 = tl.load(x_ptr + k + 1, cache_modifier=".cg")
         if NORM:
-            x0 = x0 * rstd * tl.load(nw_ptr + 2 * row, mask=gmask, other=0.0).to(tl.float32)
-            x1 = x1 * rstd * tl.load(nw_ptr + 2 * row + 1, mask=gmask, other=0.0).to(tl.float32)
-        lo = ((wq & 0xF).to(tl.int32) | _MAGIC).to(tl.float32, bitcast=True)  # 2**23 + q_lo
-        hi = ((wq & 0xF0).to(tl.int32) | _MAGIC).to(tl.float32, bitcast=True)  # 2**23 + 16 q_hi
-        acc += x0 * ((lo - (zr + _TWO23)) * sc) + x1 * ((hi - (zr * 16.0 + _TWO23)) * (sc * 0.0625))
-    return tl.sum(tl.sum(acc, axis=1), axis=0)
+            x0 = x0 * rstd * tl.load(nw_ptr + k).to(tl.float32)
+            x1 = x1 * rstd * tl.load(nw_ptr + k + 1).to(tl.float32)
+        s = sc.to(tl.float32)
+        zm = zr.to(tl.float32) + _TWO23
+        w32 = wq.to(tl.int32)
+        lo = ((w32 & 0xF) | _MAGIC).to(tl.float32, bitcast=True)  # 2**23 + q_lo, exactly
+        hi = ((w32 >> 4) | _MAGIC).to(tl.float32, bitcast=True)  # 2**23 + q_hi
+        acc += x0 * ((lo - zm) * s)
+        acc += x1 * ((hi - zm) * s)
+        wq = wq_next
+        sc = sc_next
+        zr = zr_next
+    return tl.sum(acc, axis=0)
 
 
 @triton.jit
@@ -145,12 +153,12 @@ def _copy_rows_kernel(src_ptr, dst_ptr, n_rows, src_stride, W: tl.constexpr, BR:
 
 @triton.jit
 def _proj_kernel(x_ptr, nw_ptr, w_ptr, s_ptr, z_ptr, y_ptr, xn_ptr, eps,
-                 D: tl.constexpr, N: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, GPK: tl.constexpr,
+                 D: tl.constexpr, N: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr,
                  BD: tl.constexpr):
     """y = rmsnorm(x) @ W (a layer's input projections, packed side by side); program 0 keeps rmsnorm(x)."""
     pid = tl.program_id(0)
     rstd = _rstd(x_ptr, eps, D, BD)
-    y = _w4_tile(x_ptr, nw_ptr, rstd, w_ptr, s_ptr, z_ptr, pid * BN, N, D, N, GROUP, BN, GPK, True)
+    y = _w4_tile(x_ptr, nw_ptr, rstd, w_ptr, s_ptr, z_ptr, pid * BN, N, D, N, GROUP, BN, True)
     n = pid * BN + tl.arange(0, BN)
     tl.store(y_ptr + n, y, mask=n < N)
     if pid == 0:
@@ -203,10 +211,10 @@ def _kda_kernel(proj_ptr, xn_ptr, beta_w_ptr, conv_w_ptr, cq_ptr, ck_ptr, cv_ptr
 
 @triton.jit
 def _out_kernel(a_ptr, w_ptr, s_ptr, z_ptr, res_ptr, y_ptr,
-                K: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, GPK: tl.constexpr):
+                K: tl.constexpr, D: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr):
     """y = res + a @ W_o (the attention output projection and the residual)."""
     n = tl.program_id(0) * BN + tl.arange(0, BN)
-    y = _w4_tile(a_ptr, a_ptr, 1.0, w_ptr, s_ptr, z_ptr, tl.program_id(0) * BN, D, K, D, GROUP, BN, GPK, False)
+    y = _w4_tile(a_ptr, a_ptr, 1.0, w_ptr, s_ptr, z_ptr, tl.program_id(0) * BN, D, K, D, GROUP, BN, False)
     tl.store(y_ptr + n, tl.load(res_ptr + n, mask=n < D, other=0.0) + y, mask=n < D)
 
 
@@ -232,12 +240,12 @@ def _absorb_kernel(qa_ptr, inv_ptr, w_ptr, s_ptr, z_ptr, qlat_ptr, qrope_ptr, ca
         col = h * (NOPE + VH) + j[None, :]
         for r0 in range(0, KVL // 2, RB):
             r = r0 + tl.arange(0, RB)
-            wq = tl.load(w_ptr + r[:, None] * NB + col)
+            wq = tl.load(w_ptr + r[:, None] * NB + col).to(tl.int32)
             grp = (r[:, None] // (GROUP // 2)) * NB + col
             sc = tl.load(s_ptr + grp).to(tl.float32)
-            zr = tl.load(z_ptr + grp).to(tl.float32)
-            lo = (((wq & 0xF).to(tl.int32) | _MAGIC).to(tl.float32, bitcast=True) - (zr + _TWO23)) * sc
-            hi = (((wq & 0xF0).to(tl.int32) | _MAGIC).to(tl.float32, bitcast=True) - (zr * 16.0 + _TWO23)) * sc * 0.0625
+            zm = tl.load(z_ptr + grp).to(tl.float32) + _TWO23
+            lo = (((wq & 0xF) | _MAGIC).to(tl.float32, bitcast=True) - zm) * sc
+            hi = (((wq >> 4) | _MAGIC).to(tl.float32, bitcast=True) - zm) * sc
             tl.store(qlat_ptr + h * KVL + 2 * r, tl.sum(lo * q_nope[None, :], axis=1) * scale)
             tl.store(qlat_ptr + h * KVL + 2 * r + 1, tl.sum(hi * q_nope[None, :], axis=1) * scale)
     else:
@@ -299,7 +307,7 @@ def _attend_kernel(qlat_ptr, qrope_ptr, cache_c_ptr, cache_r_ptr, pm_ptr, pl_ptr
 @triton.jit(do_not_specialize=["n_chunks"])
 def _combine_kernel(pm_ptr, pl_ptr, pacc_ptr, olat_ptr, w_ptr, s_ptr, z_ptr, v_ptr, n_chunks,
                     HM: tl.constexpr, KVL: tl.constexpr, NOPE: tl.constexpr, VH: tl.constexpr,
-                    GROUP: tl.constexpr, CP: tl.constexpr, CB: tl.constexpr, GPK: tl.constexpr):
+                    GROUP: tl.constexpr, CP: tl.constexpr, CB: tl.constexpr):
     """Head h: the partials merged into the latent output o_lat (normalized), then v = o_lat @ W_vb[h]."""
     h = tl.program_id(0)
     cs = tl.arange(0, CP)
@@ -319,7 +327,7 @@ def _combine_kernel(pm_ptr, pl_ptr, pacc_ptr, olat_ptr, w_ptr, s_ptr, z_ptr, v_p
     tl.debug_barrier()  # every thread's o_lat stored before any thread reads it back as the GEMV input
     n0 = h * (NOPE + VH) + NOPE
     v = _w4_tile(olat_ptr + h * KVL, olat_ptr, 1.0, w_ptr, s_ptr, z_ptr, n0, n0 + VH,
-                 KVL, HM * (NOPE + VH), GROUP, VH, GPK, False)
+                 KVL, HM * (NOPE + VH), GROUP, VH, False)
     tl.store(v_ptr + h * VH + tl.arange(0, VH), v)
 
 
@@ -341,7 +349,7 @@ def _router_kernel(h_ptr, nw_ptr, r_ptr, logits_ptr, eps,
 @triton.jit
 def _gate_up_kernel(h_ptr, nw_ptr, logits_ptr, w_ptr, s_ptr, z_ptr, act_ptr, rid_ptr, rw_ptr, scaling, eps,
                     D: tl.constexpr, I: tl.constexpr, E: tl.constexpr, A: tl.constexpr, SLOTS: tl.constexpr,
-                    EP: tl.constexpr, SP: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr, GPK: tl.constexpr,
+                    EP: tl.constexpr, SP: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr,
                     BD: tl.constexpr):
     """(slot, column tile): the slot's expert from the top-k, act = silu(xn @ gate) * (xn @ up)."""
     slot = tl.program_id(0)
@@ -358,8 +366,8 @@ def _gate_up_kernel(h_ptr, nw_ptr, logits_ptr, w_ptr, s_ptr, z_ptr, act_ptr, rid
     sq = s_ptr + base * (D // GROUP) * (2 * I)
     zq = z_ptr + base * (D // GROUP) * (2 * I)
     n0 = nt * BN
-    g = _w4_tile(h_ptr, nw_ptr, rstd, wq, sq, zq, n0, I, D, 2 * I, GROUP, BN, GPK, True)
-    u = _w4_tile(h_ptr, nw_ptr, rstd, wq, sq, zq, I + n0, 2 * I, D, 2 * I, GROUP, BN, GPK, True)
+    g = _w4_tile(h_ptr, nw_ptr, rstd, wq, sq, zq, n0, I, D, 2 * I, GROUP, BN, True)
+    u = _w4_tile(h_ptr, nw_ptr, rstd, wq, sq, zq, I + n0, 2 * I, D, 2 * I, GROUP, BN, True)
     n = n0 + tl.arange(0, BN)
     tl.store(act_ptr + slot * I + n, g * tl.sigmoid(g) * u, mask=n < I)
 
@@ -367,7 +375,7 @@ def _gate_up_kernel(h_ptr, nw_ptr, logits_ptr, w_ptr, s_ptr, z_ptr, act_ptr, rid
 @triton.jit
 def _down_kernel(act_ptr, rid_ptr, rw_ptr, w_ptr, s_ptr, z_ptr, h_ptr, x_ptr, out_ptr,
                  D: tl.constexpr, I: tl.constexpr, SLOTS: tl.constexpr, GROUP: tl.constexpr, BN: tl.constexpr,
-                 GPK: tl.constexpr, LAST: tl.constexpr):
+                 LAST: tl.constexpr):
     """x = h + sum_slot weight * (act[slot] @ down[expert]); the last layer also writes the bf16 hidden."""
     n0 = tl.program_id(0) * BN
     acc = tl.zeros([BN], dtype=tl.float32)
@@ -375,7 +383,7 @@ def _down_kernel(act_ptr, rid_ptr, rw_ptr, w_ptr, s_ptr, z_ptr, h_ptr, x_ptr, ou
         base = tl.load(rid_ptr + j).to(tl.int64)
         part = _w4_tile(act_ptr + j * I, act_ptr, 1.0, w_ptr + base * (I // 2) * D,
                         s_ptr + base * (I // GROUP) * D, z_ptr + base * (I // GROUP) * D,
-                        n0, D, I, D, GROUP, BN, GPK, False)
+                        n0, D, I, D, GROUP, BN, False)
         acc += tl.load(rw_ptr + j) * part
     n = n0 + tl.arange(0, BN)
     y = tl.load(h_ptr + n, mask=n < D, other=0.0) + acc
@@ -455,7 +463,6 @@ class Blocks:
     def __init__(self, interpret: bool):
         self.BN_IN = 1024 if interpret else 128  # input projections and gate|up: columns per program
         self.BN_OUT = 256 if interpret else 32  # output projections and down: columns per program
-        self.GPK = 2  # quantization groups per GEMV iteration
         self.BV = 128 if interpret else 32  # KDA value columns per program
         self.BD = 256  # vector chunk (norms, beta, router)
         self.RB = 64  # absorb: packed kv_b rows per iteration
@@ -605,7 +612,7 @@ class Model(nn.Module):
         d, hk, dk = cfg.hidden, cfg.kda_heads * cfg.kda_head_dim, cfg.kda_head_dim
         _proj_kernel[(triton.cdiv(4 * hk, t.BN_IN),)](
             s["x"], p["attn_norm"][li], p["qkvg_w_q"][li], p["qkvg_scales"][li], p["qkvg_zeros"][li], s["proj"], s["xn"],
-            EPS, D=d, N=4 * hk, GROUP=cfg.group, BN=t.BN_IN, GPK=t.GPK, BD=t.BD, num_warps=8)
+            EPS, D=d, N=4 * hk, GROUP=cfg.group, BN=t.BN_IN, BD=t.BD, num_warps=8)
         S, cq, ck, cv = (st[k].contiguous() for k in ("S", "cq", "ck", "cv"))
         new = {"S": torch.empty_like(S), "cq": torch.empty_like(cq), "ck": torch.empty_like(ck), "cv": torch.empty_like(cv)}
         _kda_kernel[(cfg.kda_heads, dk // t.BV)](
@@ -620,7 +627,7 @@ class Model(nn.Module):
         qa_n = p["qa_w_q"].shape[-1]
         _proj_kernel[(triton.cdiv(qa_n, t.BN_IN),)](
             s["x"], p["attn_norm"][li], p["qa_w_q"], p["qa_scales"], p["qa_zeros"], s["proj"], s["xn"],
-            EPS, D=d, N=qa_n, GROUP=cfg.group, BN=t.BN_IN, GPK=t.GPK, BD=t.BD, num_warps=8)
+            EPS, D=d, N=qa_n, GROUP=cfg.group, BN=t.BN_IN, BD=t.BD, num_warps=8)
         pos = st["c_kv"].shape[0]
         cache_c, cache_r = self._mla_cache(st["c_kv"], st["k_rope"])
         _absorb_kernel[(hm + 1,)](
@@ -637,7 +644,7 @@ class Model(nn.Module):
         _combine_kernel[(hm,)](
             s["pm"], s["pl"], s["pacc"], s["olat"], p["kvb_w_q"], p["kvb_scales"], p["kvb_zeros"], s["attn"], n_chunks,
             HM=hm, KVL=kvl, NOPE=cfg.qk_nope, VH=cfg.v_head, GROUP=cfg.group, CP=triton.next_power_of_2(t.NC_MAX),
-            CB=t.CB, GPK=t.GPK, num_warps=8)
+            CB=t.CB, num_warps=8)
         self._out(li, hm * cfg.v_head)
         return {"c_kv": cache_c[:n_pos], "k_rope": cache_r[:n_pos]}
 
@@ -645,7 +652,7 @@ class Model(nn.Module):
         cfg, t, p, s = self.cfg, self.tiles, self._p, self._s
         _out_kernel[(triton.cdiv(cfg.hidden, t.BN_OUT),)](
             s["attn"], p["o_w_q"][li], p["o_scales"][li], p["o_zeros"][li], s["x"], s["h"],
-            K=k, D=cfg.hidden, GROUP=cfg.group, BN=t.BN_OUT, GPK=t.GPK, num_warps=4)
+            K=k, D=cfg.hidden, GROUP=cfg.group, BN=t.BN_OUT, num_warps=4)
 
     def _moe(self, li: int, out: torch.Tensor) -> None:
         cfg, t, p, s = self.cfg, self.tiles, self._p, self._s
@@ -657,9 +664,9 @@ class Model(nn.Module):
         _gate_up_kernel[(slots, triton.cdiv(i, bn))](
             s["h"], p["moe_norm"][li], s["logits"], p["gu_w_q"][li], p["gu_scales"][li], p["gu_zeros"][li], s["act"],
             s["rid"], s["rw"], float(cfg.routed_scaling), EPS, D=d, I=i, E=e, A=cfg.n_active, SLOTS=slots,
-            EP=triton.next_power_of_2(e), SP=triton.next_power_of_2(slots), GROUP=cfg.group, BN=bn, GPK=t.GPK,
+            EP=triton.next_power_of_2(e), SP=triton.next_power_of_2(slots), GROUP=cfg.group, BN=bn,
             BD=t.BD, num_warps=8)
         _down_kernel[(triton.cdiv(d, t.BN_OUT),)](
             s["act"], s["rid"], s["rw"], p["dn_w_q"][li], p["dn_scales"][li], p["dn_zeros"][li], s["h"], s["x"], out,
-            D=d, I=i, SLOTS=slots, GROUP=cfg.group, BN=t.BN_OUT, GPK=t.GPK, LAST=li == len(self.blocks) - 1,
+            D=d, I=i, SLOTS=slots, GROUP=cfg.group, BN=t.BN_OUT, LAST=li == len(self.blocks) - 1,
             num_warps=4)
