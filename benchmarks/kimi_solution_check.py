@@ -2,6 +2,8 @@
 first run on a GPU. Needs only torch and triton (no kb_env install).
 
     python benchmarks/kimi_solution_check.py [--contexts 2048 8192 16384] [--race-steps 200] [--quick]
+        [--tiles NUM_WARPS=16 KB_IN=64 ...]   (megakernel tile settings, to try variants)
+        [--device cpu]                         (a dry run of this script: Triton's interpreter, CPU config)
 
 For each solution (the megakernel, problems/kimi_linear_decode/solutions/triton_megakernel.py,
 and the multi-kernel one, tests/candidates/kimi_multikernel.py), on the real unit's config:
@@ -50,6 +52,13 @@ SOLUTIONS = {"megakernel": PROBLEM / "solutions" / "triton_megakernel.py",
 PHASE_BAR = 0.999  # an intermediate recomputed in fp32 agrees far closer than the step's 0.98
 STEP_BAR, DELTA_BAR, PREFIX_BAR = 0.98, 0.9, 0.9999  # problem.yaml's decode bars
 PARAM_SEED, INPUT_SEED = 11, 5
+DEVICE = "cuda"
+CPU_SHAPE = {"hidden": 256, "heads": 2, "kv_lora": 128, "experts": 8, "active": 2, "moe_inter": 128}  # problem.yaml's
+
+
+def sync() -> None:
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
 
 
 def load(path: Path, name: str):
@@ -78,8 +87,8 @@ def bytes_per_token(cfg, context: int) -> float:
 
 # ===== the reference's intermediates, recomputed in fp32 =============================================
 def make_inputs(refmod, cfg, context: int, seed: int):
-    """The reference's hidden and state, drawn on the GPU."""
-    with torch.device("cuda"):
+    """The reference's hidden and state, drawn on the device."""
+    with torch.device(DEVICE):
         return refmod.init_token(cfg, seed), refmod.init_state(cfg, context, seed)
 
 
@@ -193,7 +202,7 @@ class PhaseChecker:
                 buf.view(-1)[:val.numel()].copy_(val.flatten().to(buf.dtype))
 
     def after(self, name: str) -> None:
-        torch.cuda.synchronize()
+        sync()
         s, cfg = self.model._s, self.cfg
         got: dict[str, torch.Tensor] = {}
         exp = self.trace.get(name, {})
@@ -359,7 +368,7 @@ def check_steps(refmod, oracle, model, cfg, contexts) -> list[dict]:
         with torch.no_grad():
             e_h, e_s = oracle.step(hidden.clone(), clone_state(state))
             g_h, g_s = model.step(hidden, state)
-        torch.cuda.synchronize()
+        sync()
         rows = step_cosines(*flatten(g_h, g_s), *flatten(e_h, e_s), fed)
         # a second step from the solution's own returned state (own cache views, appended in place)
         fed2_names, fed2 = flatten(g_h, g_s)
@@ -367,19 +376,20 @@ def check_steps(refmod, oracle, model, cfg, contexts) -> list[dict]:
         with torch.no_grad():
             e2_h, e2_s = oracle.step(g_h.clone(), clone_state(g_s))
             g2_h, g2_s = model.step(g_h, g_s)
-        torch.cuda.synchronize()
+        sync()
         rows2 = step_cosines(*flatten(g2_h, g2_s), *flatten(e2_h, e2_s), fed2)
         out.append({"context": ctx, "first": rows, "first_ok": passes(rows), "own_state": rows2,
                     "own_state_ok": passes(rows2),
                     "min_cos": min(v for r in list(rows.values()) + list(rows2.values()) for v in r.values())})
         del e_s, g_s, e2_s, g2_s, state
-        torch.cuda.empty_cache()
+        if DEVICE == "cuda":
+            torch.cuda.empty_cache()
     return out
 
 
 # ===== races, launches, speed ========================================================================
 def race_check(refmod, mk_model, multi_model, cfg, n: int) -> dict:
-    ctx = 256
+    ctx = 256 if DEVICE == "cuda" else 20
     def fresh():
         return make_inputs(refmod, cfg, ctx, 99)
 
@@ -409,26 +419,76 @@ def race_check(refmod, mk_model, multi_model, cfg, n: int) -> dict:
         h1, s1 = mk_model.step(h1, s1)
         h2, s2 = multi_model.step(h2, s2)
         chained.append(cosine(h1.float(), h2.float()))
-    torch.cuda.synchronize()
+    sync()
     return {"runs": n, "runs_differing": moved, "worst_abs_diff": worst, "per_phase_bitwise_equal": per_phase_equal,
             "barrier_timeouts": mk_model.barrier_timeouts(), "chained_vs_multikernel_min_cos": min(chained),
             "chained_vs_multikernel_last_cos": chained[-1]}
 
 
-def count_launches(model, refmod, cfg) -> int:
-    from torch.profiler import ProfilerActivity, profile
+def sync_bisect(refmod, model, cfg) -> dict:
+    """Megakernel: phases 0..p in ONE launch (with its grid barriers) against the same phases launched
+    one by one, every scratch buffer and state tensor compared bitwise after phase p, for each p: the
+    first phase whose result differs is where a barrier or a cross-program read is wrong."""
+    ctx = 256 if DEVICE == "cuda" else 20
+
+    def snapshot(run) -> dict[str, torch.Tensor]:
+        sync()
+        snap = {f"scratch.{k}": v.clone() for k, v in model._s.items() if k != "xpriv"}
+        snap["out"] = run.out.clone()
+        for i, layer in enumerate(run.state):
+            for k, v in layer.items():
+                snap[f"state[{i}].{k}"] = v.clone()
+        return snap
+
+    if DEVICE != "cuda":
+        return {"first_divergent_phase": None, "skipped": "the interpreter has no fused launch"}
+
+    def fresh_run():
+        h, s = make_inputs(refmod, cfg, ctx, 123)
+        run = model.prepare_step(h, s)
+        for buf in model._s.values():  # poisoned: what a phase reads before it was written shows
+            buf.fill_(float("nan") if buf.is_floating_point() else -1)
+        return run
+
+    run = fresh_run()
+    expected = []
+    for ph in range(model.n_phases):
+        run.run(ph, ph, grid_sync=False)
+        expected.append(snapshot(run))
+    for ph in range(model.n_phases):
+        run = fresh_run()
+        run.run(0, ph, grid_sync=True)
+        got = snapshot(run)
+        diff = [k for k, v in expected[ph].items() if not
+                torch.equal(torch.nan_to_num(v.float(), nan=7.0), torch.nan_to_num(got[k].float(), nan=7.0))]
+        if diff:
+            return {"first_divergent_phase": model.phase_names[ph], "buffers": diff,
+                    "barrier_timeouts": model.barrier_timeouts()}
+    return {"first_divergent_phase": None, "barrier_timeouts": model.barrier_timeouts()}
+
+
+def count_launches(model, refmod, cfg) -> int | None:
+    """Kernels launched by one steady-state step (two chained steps first), counted as the harness
+    counts them (kb_env/sandbox/kprofile.py, loaded by path: the profiler, a fence before the call
+    and a marker after it)."""
+    if DEVICE != "cuda":
+        return None
+    kprofile = load(ROOT / "kb_env" / "sandbox" / "kprofile.py", "kimi_check_kprofile")
     h, s = make_inputs(refmod, cfg, 512, 7)
     for _ in range(2):
         h, s = model.step(h, s)
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        model.step(h, s)
-        torch.cuda.synchronize()
-    return sum(1 for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
-               and "memset" not in e.name.lower() and "memcpy" not in e.name.lower())
+    records = kprofile.profile_call(model.step, [h, s], "cuda")
+    return sum(1 for r in records if r.get("when") == "call")
 
 
 def time_steps(model, refmod, cfg, ctx: int, steps: int, flush: torch.Tensor) -> dict:
+    if DEVICE != "cuda":  # the dry run: host wall time, meaningless but the same code path
+        h, s = make_inputs(refmod, cfg, ctx, 3)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            h, s = model.step(h, s)
+        ms = (time.perf_counter() - t0) * 1e3 / steps
+        return {"median_ms": ms, "min_ms": ms, "max_ms": ms, "host_ms": ms}
     times = []
     for rep in range(2):  # the first run warms up
         h, s = make_inputs(refmod, cfg, ctx, 3 + rep)
@@ -453,6 +513,8 @@ def phase_times(model, refmod, cfg, ctx: int) -> dict[str, float]:
     """Megakernel: GPU ms of each phase launched alone (barrier compiled out), median of 5 steps."""
     names = model.phase_names
     per: dict[str, list[float]] = {n: [] for n in names}
+    if DEVICE != "cuda":
+        return {n: 0.0 for n in names}
     for rep in range(6):
         h, s = make_inputs(refmod, cfg, ctx, 40 + rep)
         run = model.prepare_step(h, s)
@@ -491,14 +553,29 @@ def main() -> None:
     ap.add_argument("--timed-steps", type=int, default=16)
     ap.add_argument("--quick", action="store_true", help="phases and one short step only")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--tiles", nargs="*", default=[], help="megakernel Tiles overrides, KEY=INT")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     args = ap.parse_args()
-    if not torch.cuda.is_available():
-        sys.exit("kimi_solution_check.py: needs a CUDA GPU")
-    os.environ.pop("TRITON_INTERPRET", None)
+    global DEVICE
+    DEVICE = args.device
+    if DEVICE == "cuda":
+        if not torch.cuda.is_available():
+            sys.exit("kimi_solution_check.py: needs a CUDA GPU (or --device cpu for a dry run)")
+        os.environ.pop("TRITON_INTERPRET", None)
+    else:
+        os.environ["TRITON_INTERPRET"] = "1"
+        if args.contexts == [2048, 8192, 16384]:
+            args.contexts = [16, 37]
+        args.race_steps = min(args.race_steps, 3)
+        args.timed_steps = min(args.timed_steps, 2)
+    tiles = {k: int(v) for k, v in (t.split("=", 1) for t in args.tiles)}
     import triton
     out_path = Path(args.out) if args.out else Path(os.environ.get("OUT", ".")) / "kimi_solution_check.json"
-    record: dict = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": triton.__version__,
-                    "sms": torch.cuda.get_device_properties(0).multi_processor_count, "solutions": {}}
+    cuda = DEVICE == "cuda"
+    record: dict = {"gpu": torch.cuda.get_device_name(0) if cuda else "cpu (dry run)", "torch": torch.__version__,
+                    "triton": triton.__version__, "tiles": tiles,
+                    "sms": torch.cuda.get_device_properties(0).multi_processor_count if cuda else None,
+                    "solutions": {}}
     print(f"GPU {record['gpu']}  torch {record['torch']}  triton {record['triton']}  SMs {record['sms']}", flush=True)
 
     def save():
@@ -506,17 +583,19 @@ def main() -> None:
         out_path.write_text(json.dumps(record, indent=1, default=str))
 
     refmod = load(PROBLEM / "reference.py", "kimi_reference")
-    cfg = refmod.build_config({})
+    cfg = refmod.build_config({} if cuda else CPU_SHAPE)
     torch.manual_seed(PARAM_SEED)
-    with torch.device("cuda"):
+    with torch.device(DEVICE):
         oracle = refmod.Model(cfg).eval()
     sd = oracle.state_dict()
 
     def build(module_path: Path, name: str):
         module = load(module_path, name)
         model = module.Model(cfg)
+        if tiles and hasattr(model, "tile_overrides"):
+            model.tile_overrides.update(tiles)
         model.load_state_dict(sd, strict=True)
-        return module, model.cuda().eval()
+        return module, model.to(DEVICE).eval()
 
     models = {}
     for label, path in SOLUTIONS.items():
@@ -528,9 +607,12 @@ def main() -> None:
             models[label] = (module, model)
             # 1. phases at a short context, isolated then chained
             for mode in ("isolated", "chained"):
-                ctx = 96
+                ctx = 96 if cuda else 20
                 hidden, state = make_inputs(refmod, cfg, ctx, 1)
                 trace = reference_trace(refmod, oracle, hidden, clone_state(state))
+                if label == "multikernel":  # its router launch only scores; the shared expert runs with the routed
+                    for name in [n for n in trace if n.endswith(".moe_router")]:
+                        trace[name.replace("moe_router", "moe_gate_up")]["act_shared"] = trace[name].pop("act_shared")
                 checker = PhaseChecker(model, trace, state, cfg, isolate=(mode == "isolated"),
                                        state_in_place=(label == "megakernel"))
                 with torch.no_grad():
@@ -550,7 +632,7 @@ def main() -> None:
             entry["compile_and_phases_s"] = time.time() - t0
             save()
             # 2. whole steps against the reference
-            contexts = [96] if args.quick else [96, *args.contexts]
+            contexts = [96 if cuda else 20] + ([] if args.quick else args.contexts)
             entry["steps"] = check_steps(refmod, oracle, model, cfg, contexts)
             for r in entry["steps"]:
                 worst = min(((n, k, v) for n, d in list(r["first"].items()) + list(r["own_state"].items())
@@ -574,6 +656,13 @@ def main() -> None:
             r = race_check(refmod, models["megakernel"][1], models["multikernel"][1], cfg, args.race_steps)
             record["solutions"]["megakernel"]["races"] = r
             print(f"[megakernel] races: {r}", flush=True)
+            b = sync_bisect(refmod, models["megakernel"][1], cfg)
+            record["solutions"]["megakernel"]["sync_bisect"] = b
+            print(f"[megakernel] one launch vs phase by phase, bitwise: "
+                  + (b["skipped"] if "skipped" in b else "identical after every phase"
+                     if b["first_divergent_phase"] is None else
+                     f"FIRST DIVERGES AFTER {b['first_divergent_phase']} in {b['buffers']}")
+                  + f" (barrier timeouts {b.get('barrier_timeouts', '-')})", flush=True)
         except Exception as exc:  # noqa: BLE001
             record["solutions"]["megakernel"]["races"] = {"error": traceback.format_exc()}
             print(f"[megakernel] race check ERROR: {exc!r}", flush=True)
@@ -584,8 +673,8 @@ def main() -> None:
     base_mod = load(PROBLEM / "baseline.py", "kimi_baseline")
     baseline = base_mod.Model(cfg)
     baseline.load_state_dict(sd, strict=True)
-    baseline = baseline.cuda().eval()
-    flush = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    baseline = baseline.to(DEVICE).eval()
+    flush = torch.empty(512 * 2**20 if cuda else 1, dtype=torch.uint8, device=DEVICE)
     runners = {"baseline": baseline, **{k: m for k, (_, m) in models.items()}}
     for label, model in runners.items():
         entry = record["solutions"].setdefault(label, {})
@@ -617,17 +706,19 @@ def main() -> None:
     save()
 
     # the table
-    print("\nsolution     phases(iso/chain)  steps  races            launches  " +
+    print("\nsolution     phases iso chain   steps  races            launches  " +
           "  ".join(f"ms@{c:<6}" for c in timing_contexts) + "  speedup")
     base_t = record["solutions"].get("baseline", {}).get("timing", {})
     for label, e in record["solutions"].items():
-        ph = "/".join(f"{sum(r['ok'] for r in e[k])}/{len(e[k])}" if k in e else "-"
+        ph = " ".join(f"{sum(r['ok'] for r in e[k])}/{len(e[k])}" if k in e else "-"
                       for k in ("phases_isolated", "phases_chained"))
         steps = "-" if "steps" not in e else ("ok" if all(r["first_ok"] and r["own_state_ok"] for r in e["steps"])
                                               else "FAIL")
         races = e.get("races", {})
+        bis = e.get("sync_bisect", {})
         race = "-" if not races or "error" in races else (
             "ok" if races["runs_differing"] == 0 and races["per_phase_bitwise_equal"] and races["barrier_timeouts"] == 0
+            and bis.get("first_divergent_phase") is None
             else f"RACE {races['runs_differing']}/{races['runs']} eq={races['per_phase_bitwise_equal']} "
                  f"to={races['barrier_timeouts']}")
         ms = [e.get("timing", {}).get(str(c), {}).get("median_ms") for c in timing_contexts]

@@ -586,7 +586,7 @@ class Model(nn.Module):
         for src, dst in ((c_kv, buf[0]), (k_rope, buf[1])):
             if n:
                 src = src if src.stride(-1) == 1 else src.contiguous()
-                _copy_rows_kernel[(triton.cdiv(n, 64),)](src, dst, n, src.stride(0), W=src.shape[1], BR=64)
+                _copy_rows_kernel[(triton.cdiv(n, 16),)](src, dst, n, src.stride(0), W=src.shape[1], BR=16)
         self._cache = buf
         return buf
 
