@@ -12,7 +12,8 @@ over fresh inputs per call, the L2 flushed before each), in this process: only t
 trusted code runs here (references, baselines, libraries, the shipped known-good solutions).
 torch.compile is slow to compile (tens of seconds a shape): `--warm-jobs N` first compiles every
 problem in N processes at once, filling inductor's on-disk cache, so the timed pass reuses it.
-`--evaluate` also runs each known-good solution through the harness (`Evaluator`, fresh workers,
+A problem whose warm-up compile takes longer than `--warm-timeout` is timed without it (its
+compile column says n/a, the JSON says why). `--evaluate` also runs each known-good solution through the harness (`Evaluator`, fresh workers,
 profiler and checks) and records its verdict, launches and flags. The JSON is rewritten after
 every problem, so a run cut short keeps what it finished. Prints a table last.
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -69,9 +71,10 @@ def _build(module: Any, reference: Any, shape: dict[str, int], state: dict[str, 
     return model.to("cuda").eval()
 
 
-def measure(spec: ProblemSpec, compile_too: bool) -> list[dict[str, Any]]:
+def measure(spec: ProblemSpec, compile_too: bool | str) -> list[dict[str, Any]]:
     """Per GPU shape: eager / compiled / library / baseline ms, and each known-good solution's
-    correctness (one fresh input set against the eager reference) and ms."""
+    correctness (one fresh input set against the eager reference) and ms. `compile_too` as a string:
+    why torch.compile is skipped (recorded as the rows' compile_error)."""
     reference = import_file(spec.reference_path, f"deck_ref_{spec.name}")
     library_path = spec.folder / "library.py"
     library = import_file(library_path, f"deck_lib_{spec.name}") if library_path.exists() else None
@@ -83,7 +86,9 @@ def measure(spec: ProblemSpec, compile_too: bool) -> list[dict[str, Any]]:
         ref = make_reference_model(reference, shape, param_seed=0).to("cuda").eval()
         state = ref.state_dict()
         row: dict[str, Any] = {"shape": shape, "eager_ms": _time(ref, reference, shape)}
-        if compile_too:
+        if isinstance(compile_too, str):
+            row["compile_error"] = compile_too
+        elif compile_too:
             try:
                 row["compile_ms"] = _time(torch.compile(ref), reference, shape)
             except Exception as exc:  # noqa: BLE001 (a problem torch.compile cannot handle is reported, not fatal)
@@ -139,18 +144,31 @@ def evaluate(spec: ProblemSpec) -> list[dict[str, Any]]:
     return out
 
 
-def warm(names: list[str], jobs: int) -> None:
-    """Compile every problem's reference in `jobs` processes at once (fills inductor's disk cache)."""
-    def one(name: str) -> str:
+def warm(names: list[str], jobs: int, timeout_s: float) -> dict[str, str]:
+    """Compile every problem's reference in `jobs` processes at once (fills inductor's disk cache).
+    Returns the problems whose compile did not finish within `timeout_s` or failed, with why: the
+    timed pass skips torch.compile for them (a reference with a Python loop over chunks unrolls
+    into a graph inductor takes many minutes to compile)."""
+    def one(name: str) -> tuple[str, str | None]:
         t0 = time.monotonic()
-        proc = subprocess.run([sys.executable, __file__, "--warm-only", "--problems", name],
-                              capture_output=True, text=True, timeout=900)
-        return f"  warmed {name} in {time.monotonic() - t0:.0f} s" + ("" if proc.returncode == 0 else
-                                                                         f" (rc {proc.returncode}: {proc.stderr[-300:]})")
+        proc = subprocess.Popen([sys.executable, __file__, "--warm-only", "--problems", name],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            _, err = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # inductor's compile workers too
+            proc.wait()
+            return name, f"compile not done in {timeout_s:.0f} s"
+        if proc.returncode != 0:
+            return name, f"compile failed (rc {proc.returncode}): {err.strip()[-200:]}"
+        print(f"  warmed {name} in {time.monotonic() - t0:.0f} s", flush=True)
+        return name, None
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        for line in pool.map(one, names):
-            print(line, flush=True)
+        skipped = {name: why for name, why in pool.map(one, names) if why}
+    for name, why in skipped.items():
+        print(f"  {name}: {why}; torch.compile skipped", flush=True)
+    return skipped
 
 
 def _warm_only(spec: ProblemSpec) -> None:
@@ -171,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--problems", nargs="*", help="problem names (default: every forward problem)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile")
     ap.add_argument("--warm-jobs", type=int, default=0, help="compile every problem first in N processes at once")
+    ap.add_argument("--warm-timeout", type=float, default=150.0,
+                    help="seconds a problem's compile warm-up may take before torch.compile is skipped for it")
     ap.add_argument("--warm-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--evaluate", action="store_true", help="also evaluate each known-good solution through the harness")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "deck_table.json")
@@ -188,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             _warm_only(problems[name])
         return 0
+    skip_compile: dict[str, str] = {}
     if args.warm_jobs and not args.no_compile:
         t0 = time.monotonic()
-        warm(names, args.warm_jobs)
+        skip_compile = warm(names, args.warm_jobs, args.warm_timeout)
         print(f"compile warm-up: {time.monotonic() - t0:.0f} s", flush=True)
     report: dict[str, Any] = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "problems": {}}
     for name in names:
@@ -198,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.monotonic()
         entry: dict[str, Any] = {"baseline": spec.baseline.value, "level": spec.level}
         try:
-            entry["shapes"] = measure(spec, not args.no_compile)
+            entry["shapes"] = measure(spec, skip_compile.get(name, not args.no_compile))
             if args.evaluate:
                 entry["evaluated"] = evaluate(spec)
         except Exception:  # noqa: BLE001 (one broken problem must not lose the others' rows)
@@ -223,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             sols = row["solutions"] or {"-": {}}
             for sol_name, sol in sols.items():
                 ok = sol.get("error", "")[:40] or ("yes" if sol.get("correct") else ("NO" if sol else "-"))
-                print(f"| {name} | {shape} | {_fmt(row['eager_ms'])} | {_fmt(row.get('compile_ms'))} | "
+                compiled = _fmt(row.get("compile_ms")) if "compile_error" not in row else "n/a"
+                print(f"| {name} | {shape} | {_fmt(row['eager_ms'])} | {compiled} | "
                       f"{_fmt(row.get('library_ms'))} | {sol_name} | {ok} | {_fmt(sol.get('ms'))} | "
                       f"{_fmt(sol.get('speedup'), '.2f')} | {_fmt(sol.get('peak_fraction'))} |")
         for ev in e.get("evaluated", []):

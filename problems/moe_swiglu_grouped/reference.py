@@ -33,7 +33,7 @@ def oracle(model: Model, inputs: list[torch.Tensor]) -> torch.Tensor:
     """float64, expert by expert (torch's grouped product has no float64 kernel)."""
     x, offsets = inputs
     bounds = offsets.tolist()
-    out = torch.zeros(x.shape[0], model.w_gate.shape[-1], dtype=torch.float64)
+    out = torch.zeros(x.shape[0], model.w_gate.shape[-1], dtype=torch.float64, device=x.device)
     for e in range(model.w_gate.shape[0]):
         rows = x[bounds[e] : bounds[e + 1]].double()
         out[bounds[e] : bounds[e + 1]] = F.silu(rows @ model.w_gate[e].double()) * (rows @ model.w_up[e].double())

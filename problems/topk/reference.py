@@ -30,10 +30,12 @@ class Model(nn.Module):
 
 def oracle(model: Model, inputs: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """An independent float64 path: numpy's lexsort on (value descending, index ascending)."""
-    x = inputs[0].double().numpy()
+    x = inputs[0].double().cpu().numpy()
     index = np.broadcast_to(np.arange(x.shape[-1]), x.shape)
     order = np.lexsort((index, -x), axis=-1)[..., : model.k]
-    return torch.from_numpy(np.take_along_axis(x, order, -1)), torch.from_numpy(order.astype(np.int64))
+    device = inputs[0].device
+    return (torch.from_numpy(np.take_along_axis(x, order, -1)).to(device),
+            torch.from_numpy(order.astype(np.int64)).to(device))
 
 
 def get_inputs(rows: int = 1024, n: int = 129280, k: int = 64) -> list[torch.Tensor]:
