@@ -1,5 +1,6 @@
 """The `kb` command: `kb list`, `kb eval PROBLEM FILE`, `kb audit FILE --problem P`,
-`kb sweep --out DIR ...`, `kb board DIR`, `kb report DIR` and `kb replay MANIFEST --out DIR`.
+`kb sweep --out DIR ...`, `kb board DIR`, `kb report DIR`, `kb replay MANIFEST --out DIR` and
+`kb bench`.
 
 Bad input (unknown problem, missing file, a file that is not Python or defines no model)
 gets one line on stderr and exit status 2; an evaluated candidate prints its report and exits
@@ -75,7 +76,9 @@ def _run_evaluation(args: argparse.Namespace):
         if sys.stderr.isatty():
             progress = lambda stage: print(f"\r\033[K  {stage} ...", end="", file=sys.stderr, flush=True)  # noqa: E731
     try:
-        result = Evaluator(spec, mode, args.timeout, progress=progress).evaluate(source, args.seed)
+        # a fixed --seed fixes every input: the salt and the pool of grading seeds
+        with Evaluator(spec, mode, args.timeout, progress=progress, pool_key=args.seed) as evaluator:
+            result = evaluator.evaluate(source, args.seed)
         if progress:
             print("\r\033[K", end="", file=sys.stderr)
     except HarnessError as exc:
@@ -206,6 +209,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_cli
+    from .problem import ProblemError
+
+    try:
+        return run_cli(args)
+    except (ProblemError, ValueError) as exc:
+        raise CLIError(str(exc).splitlines()[0]) from None
+
+
 def _evaluation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="cuda, cpu (Triton interpreter, small shapes), or auto (default)")
@@ -258,6 +271,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="write plots and a static HTML report (with a transcript viewer) of a sweep")
     p.add_argument("dir", help="a `kb sweep --out` folder")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("bench", help="where an evaluation's time goes, evaluations per GPU-minute, timing "
+                                     "spread, agreement with do_bench and ncu (see docs/PERFORMANCE.md)")
+    from .bench import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("replay", help="re-grade a published board's solution files; measured vs published")
     p.add_argument("manifest", help="YAML/JSON list of {run_id, model, problem, file, gpu, published_score}")
