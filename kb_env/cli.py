@@ -31,7 +31,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     width = max((len(n) for n in problems), default=4)
     print(f"{'problem':<{width}}  {'env id':<{width + 17}}  level  {'regime':<13}  {'baseline':<11}  description")
     for name, spec in sorted(problems.items(), key=lambda kv: (kv[1].level, kv[0])):
-        regime = spec.regime or "-"
+        regime = spec.regime_label or "-"
         print(f"{name:<{width}}  {spec.env_id():<{width + 17}}  {spec.level:^5}  {regime:<13}  "
               f"{spec.baseline.value:<11}  {spec.description.strip().splitlines()[0]}")
     return 0
@@ -70,6 +70,8 @@ def _run_evaluation(args: argparse.Namespace):
         raise CLIError(str(exc)) from None
     if args.timeout is not None and args.timeout <= 0:
         raise CLIError("--timeout must be positive")
+    if mode == "cpu" and spec.gpu_only:
+        raise CLIError(f"{spec.name} is GPU-only (it declares no CPU shapes); evaluate it on a GPU (--device cuda)")
     progress = None
     if not args.json:
         print(f"evaluating {args.file} on {spec.name} ({mode} mode)", file=sys.stderr)
@@ -219,6 +221,25 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         raise CLIError(str(exc).splitlines()[0]) from None
 
 
+def _cmd_import(args: argparse.Namespace) -> int:
+    from .kernelbench import Budget, register_kernelbench
+
+    if args.timeout is not None and args.timeout <= 0:
+        raise CLIError("--timeout must be positive")
+    budget = Budget(timeout_s=args.timeout) if args.timeout else Budget()
+    progress = None if args.quiet or args.json else (lambda f: print(f"  probing {f}", file=sys.stderr, flush=True))
+    try:
+        report = register_kernelbench(args.dir, cache_dir=args.cache, device=args.device, force=args.force,
+                                      require_checks=args.require_checks, forbid_ops=args.forbid_ops,
+                                      budget=budget, progress=progress)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CLIError(str(exc)) from None
+    print(report.model_dump_json(indent=2) if args.json else report.render())
+    if args.cache and not args.json:
+        print(f"(other processes see these problems with KB_PROBLEM_PATH={Path(args.cache).resolve()})")
+    return 0
+
+
 def _evaluation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto",
                    help="cuda, cpu (Triton interpreter, small shapes), or auto (default)")
@@ -278,6 +299,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_arguments(p)
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("import", help="register a directory of KernelBench problem files (level1/23_Softmax.py, ...)")
+    p.add_argument("dir", help="a KernelBench directory (with level1 ... level4), or one level folder")
+    p.add_argument("--cache", help="where the problem folders go (default: the import cache every process reads)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                   help="where checks too big for this CPU run (auto: a GPU if there is one)")
+    p.add_argument("--force", action="store_true", help="probe every file again, even unchanged ones")
+    p.add_argument("--require-checks", action="store_true", help="skip problems the checks could not run on")
+    p.add_argument("--forbid-ops", choices=["reference", "all", "none"], default="reference",
+                   help="torch ops a candidate may not call: the reference's (default), all compute ops, or none")
+    p.add_argument("--timeout", type=float, default=None, help="seconds to probe one file (default 300)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.set_defaults(func=_cmd_import)
 
     p = sub.add_parser("replay", help="re-grade a published board's solution files; measured vs published")
     p.add_argument("manifest", help="YAML/JSON list of {run_id, model, problem, file, gpu, published_score}")

@@ -58,7 +58,7 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _shape(shape: dict[str, int]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in shape.items()) or "?"
+    return ", ".join(f"{k}={v}" for k, v in shape.items()) or "(as get_inputs() makes it)"  # {}: fixed sizes
 
 
 def render(result: EvalResult, turn: int | None = None, max_turns: int | None = None) -> str:

@@ -12,6 +12,7 @@ import importlib.util
 import math
 import os
 import threading
+import warnings
 from enum import Enum
 from functools import lru_cache
 from pathlib import Path
@@ -22,6 +23,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 Shape = dict[str, int]
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # LibYAML's safe loader: 8x faster, same result
 
 
 class ProblemError(ValueError):
@@ -188,9 +190,10 @@ class ProblemSpec(_Strict):
         default_factory=list,
         description="extra correctness cases per shape: transformed inputs (scaled up or down, heavy-tailed), "
                     "which catch kernels fitted to one input distribution")
-    regime: Regime | None = Field(
-        default=None, description="the roofline regime of every GPU shape on the H100 and H200 rows of the "
-                                  "hardware table (tested against the formulas); the agent is told it")
+    regime: Regime | list[Regime] | None = Field(
+        default=None, description="the roofline regime on the H100 and H200 rows of the hardware table (tested "
+                                  "against the formulas): one for every GPU shape, or a list with one per GPU "
+                                  "shape where they differ (a GEMM at decode and at prefill sizes); the agent is told it")
 
     # Set by the loader, not written in the yaml.
     folder: Path = Field(default=Path("."), exclude=True)
@@ -219,6 +222,12 @@ class ProblemSpec(_Strict):
         for dtype in self.tolerance:
             if dtype not in {"float64", "float32", "float16", "bfloat16", "int64", "int32", "bool"}:
                 raise ValueError(f"tolerance: unknown dtype {dtype!r}")
+        if isinstance(self.regime, list):
+            if len(self.regime) != len(self.shapes.gpu):
+                raise ValueError(f"regime: {len(self.regime)} entries for {len(self.shapes.gpu)} GPU shapes "
+                                 "(give one regime, or one per GPU shape)")
+            if len(set(self.regime)) == 1:
+                raise ValueError(f"regime: every GPU shape is {self.regime[0]}; write it once")
         return self
 
     # ----- derived facts -------------------------------------------------------------
@@ -228,6 +237,15 @@ class ProblemSpec(_Strict):
     @property
     def gpu_only(self) -> bool:
         return not self.shapes.cpu
+
+    def regime_of(self, gpu_shape_index: int) -> Regime | None:
+        """The declared regime of the GPU shape at this index."""
+        return self.regime[gpu_shape_index] if isinstance(self.regime, list) else self.regime
+
+    @property
+    def regime_label(self) -> str | None:
+        """The regime in one word: 'mixed' where the GPU shapes differ."""
+        return "mixed" if isinstance(self.regime, list) else self.regime
 
     def flops_of(self, shape: Shape) -> float:
         return _eval_formula(self.flops, shape)
@@ -305,7 +323,7 @@ def load_problem(folder: str | os.PathLike) -> ProblemSpec:
     if not path.is_file():
         raise ProblemError(f"{path}: no such file (a problem folder needs problem.yaml)")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = yaml.load(path.read_text(), Loader=_YAML_LOADER)
     except yaml.YAMLError as exc:
         raise ProblemError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
@@ -327,7 +345,7 @@ def load_problem(folder: str | os.PathLike) -> ProblemSpec:
 
 
 def problems_root() -> Path:
-    """Where problem folders live: $KB_PROBLEMS_DIR, else the installed data, else the source tree."""
+    """Where the shipped problem folders live: $KB_PROBLEMS_DIR, else the installed data, else the source tree."""
     if env := os.environ.get("KB_PROBLEMS_DIR"):
         return Path(env)
     spec = importlib.util.find_spec("kb_env.problems")
@@ -338,21 +356,84 @@ def problems_root() -> Path:
     return Path(__file__).resolve().parents[1] / "problems"
 
 
+def import_cache_root() -> Path:
+    """Where imported problems are materialized (`kb import`, `kb_env.register_kernelbench`):
+    $KB_IMPORT_DIR, else $XDG_CACHE_HOME/kb_env/imported, else ~/.cache/kb_env/imported. The
+    registry reads it in every process, so an import made once is seen by later ones."""
+    if env := os.environ.get("KB_IMPORT_DIR"):
+        return Path(env)
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "kb_env" / "imported"
+
+
+_EXTRA_ROOTS: list[Path] = []  # added in this process by add_problem_root
+
+
+def add_problem_root(root: str | os.PathLike) -> None:
+    """Also read problem folders from `root`, in this process (other processes: $KB_PROBLEM_PATH)."""
+    root = Path(root).resolve()
+    if root not in _EXTRA_ROOTS:
+        _EXTRA_ROOTS.append(root)
+
+
+def problem_roots() -> list[Path]:
+    """Every folder the registry reads, in order: the shipped problems (`problems_root()`), each
+    folder in $KB_PROBLEM_PATH (os.pathsep-separated), those added by `add_problem_root`, and the
+    import cache (`import_cache_root()`). Folders that do not exist are left out."""
+    extra = [Path(p) for p in os.environ.get("KB_PROBLEM_PATH", "").split(os.pathsep) if p]
+    roots: list[Path] = []
+    for root in [problems_root(), *extra, *_EXTRA_ROOTS, import_cache_root()]:
+        root = root.resolve()
+        if root not in roots and (root == problems_root().resolve() or root.is_dir()):
+            roots.append(root)
+    return roots
+
+
 @lru_cache(maxsize=None)
-def _registry(root: Path) -> dict[str, ProblemSpec]:
+def _registry(root: Path, strict: bool = True) -> dict[str, ProblemSpec]:
+    """The problems in `root`. A broken folder is an error in a `strict` root (the shipped
+    problems); elsewhere (imports, perhaps written by another kb_env version) it is left out
+    with a warning, so that one stale import cannot stop `import kb_env`."""
     out = {}
     for folder in sorted(p for p in root.iterdir() if (p / "problem.yaml").is_file()):
-        out[folder.name] = load_problem(folder)
+        try:
+            out[folder.name] = load_problem(folder)
+        except ProblemError as exc:
+            if strict:
+                raise
+            warnings.warn(f"left out a broken imported problem: {exc} (import it again)", stacklevel=2)
     return out
 
 
+def refresh_problems() -> None:
+    """Forget what the registry read, so folders written since (an import) are seen."""
+    _registry.cache_clear()
+
+
 def all_problems() -> dict[str, ProblemSpec]:
-    """Every problem under `problems_root()`, by name."""
-    return dict(_registry(problems_root().resolve()))
+    """Every problem under `problem_roots()`, by name; a name in two roots is an error."""
+    out: dict[str, ProblemSpec] = {}
+    shipped = problems_root().resolve()
+    for root in problem_roots():
+        for name, spec in _registry(root, strict=root == shipped).items():
+            if name in out:
+                raise ProblemError(f"problem {name!r} is defined twice: in {out[name].folder} and in {spec.folder}")
+            out[name] = spec
+    return out
+
+
+def problem_names() -> list[str]:
+    """The names of the problem folders under `problem_roots()`, without reading them (cheap:
+    what `import kb_env` registers; `get_problem` validates a problem when it is used)."""
+    names = {p.name for root in problem_roots() for p in root.iterdir() if (p / "problem.yaml").is_file()}
+    return sorted(names)
 
 
 def get_problem(name: str) -> ProblemSpec:
     problems = all_problems()
+    if name not in problems:  # imported since this process read the registry?
+        refresh_problems()
+        problems = all_problems()
     if name not in problems:
         raise ProblemError(f"unknown problem {name!r}; known: {', '.join(sorted(problems)) or 'none'}")
     return problems[name]

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 import torch
+
+# The registry also reads the user's import cache (`kb import`) and $KB_PROBLEM_PATH; the tests
+# see only the shipped problems, plus what a test imports into a cache of its own.
+os.environ["KB_IMPORT_DIR"] = tempfile.mkdtemp(prefix="kb_test_imports_")
+atexit.register(shutil.rmtree, os.environ["KB_IMPORT_DIR"], True)
+os.environ.pop("KB_PROBLEM_PATH", None)
 
 CANDIDATES = Path(__file__).parent / "candidates"
 

@@ -48,7 +48,7 @@ def test_list_prints_each_problem_and_env_id(capsys):
         assert f"KernelBench/{name}-v0" in line
         assert spec.description.strip().splitlines()[0][:30] in line
         assert line.split()[2] == str(spec.level) and spec.baseline.value in line.split()
-        assert (spec.regime or "-") in line.split()
+        assert (spec.regime_label or "-") in line.split()
 
 
 def test_list_json_parses(capsys):
@@ -194,3 +194,21 @@ def test_audit_needs_a_problem(capsys):
         main(["audit", str(SOLUTION)])
     assert exc.value.code == 2
     assert "--problem" in capsys.readouterr().err
+
+
+def test_eval_of_a_gpu_only_problem_in_cpu_mode_is_one_line(capsys, tmp_path, monkeypatch):
+    import shutil
+
+    import yaml
+
+    from kb_env.problem import get_problem
+
+    root = tmp_path / "problems"
+    shutil.copytree(get_problem("softmax").folder, root / "softmax_gpu")
+    data = yaml.safe_load((root / "softmax_gpu" / "problem.yaml").read_text())
+    data["shapes"].pop("cpu")
+    data["name"] = "softmax_gpu"
+    (root / "softmax_gpu" / "problem.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.setenv("KB_PROBLEMS_DIR", str(root))
+    code, out, err = run_main(capsys, "eval", "softmax_gpu", str(SOLUTION), "--device", "cpu")
+    assert code == 2 and "GPU-only" in err and "Traceback" not in err

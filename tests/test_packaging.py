@@ -44,8 +44,7 @@ def test_wheel_carries_each_problem(names, problem):
     assert f"{base}/problem.yaml" in names
     assert f"{base}/reference.py" in names
     src_solutions = sorted(p.name for p in (REPO / "problems" / problem / "solutions").glob("*.py"))
-    assert src_solutions, f"{problem} has no known-good solution in the source tree"
-    for s in src_solutions:
+    for s in src_solutions:  # every known-good solution the source tree has (not every problem has one)
         assert f"{base}/solutions/{s}" in names
     if (REPO / "problems" / problem / "baseline.py").is_file():
         assert f"{base}/baseline.py" in names
@@ -99,7 +98,9 @@ def test_installed_copy_finds_its_own_problems(wheel, tmp_path):
     assert set(info["problems"]) == set(PROBLEMS)
     for name, folder in info["problems"].items():
         assert Path(folder).resolve().is_relative_to(site_r), (name, folder)
-        assert info["solutions"][name], f"installed {name} lost its solutions"
+        installed = sorted(Path(p).name for p in info["solutions"][name])
+        source = sorted(p.name for p in (REPO / "problems" / name / "solutions").glob("*.py"))
+        assert installed == source, f"installed {name} lost solutions"
     assert info["h100"] == "h100-sxm"  # the GPU table is readable from the installed package
 
     proc = subprocess.run([sys.executable, "-m", "kb_env.cli", "list"], cwd=cwd, env=env, capture_output=True,

@@ -1,17 +1,19 @@
 """problem.yaml loading (kb_env.problem): a broken problem folder is a ProblemError naming the
 file and the field; formulas are arithmetic only and never executed as code; the registry
-follows KB_PROBLEMS_DIR."""
+follows KB_PROBLEMS_DIR, reads KB_PROBLEM_PATH and the import cache too."""
 
 from __future__ import annotations
 
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
 import yaml
 
 import kb_env
-from kb_env.problem import ProblemError, ProblemSpec, all_problems, get_problem, load_problem, problems_root
+from kb_env.problem import (ProblemError, ProblemSpec, all_problems, get_problem, load_problem, problem_names,
+                            problems_root, refresh_problems)
 
 SOFTMAX = Path(kb_env.get_problem("softmax").folder)
 
@@ -124,6 +126,8 @@ CASES = {
     "stress-unknown-key": (dict(stress=[{"shift": 3}]), "stress"),
     "stress-scales-retired": (dict(stress_scales=[64.0]), "stress_scales"),
     "regime-unknown": (dict(regime="latency-bound"), "regime"),
+    "regime-list-length": (dict(regime=["memory-bound", "compute-bound", "memory-bound"]), "regime"),
+    "regime-list-uniform": (dict(regime=["memory-bound", "memory-bound"]), "regime"),
     "level-missing": (dict(level=_DELETE), "level"),
     "level-five": (dict(level=5), "level"),
     "gpu-shapes-empty": (dict(shapes={"gpu": [], "cpu": [{"rows": 2, "cols": 3}]}), "gpu"),
@@ -211,6 +215,21 @@ def test_gpu_only_problem_loads_and_cpu_mode_refuses_it(folder):
         Evaluator(spec, "cpu")
 
 
+def test_regime_per_gpu_shape(folder):
+    """A problem whose GPU shapes straddle the ridge (a GEMM at decode and at prefill sizes) lists one
+    regime per GPU shape; `kb list` calls it mixed and the agent is told each shape's."""
+    from kb_env.policies.prompts import first_prompt
+
+    spec = load_problem(broken(folder, regime=["compute-bound", "memory-bound"]))
+    assert [spec.regime_of(i) for i in range(2)] == ["compute-bound", "memory-bound"]
+    assert spec.regime_label == "mixed"
+    prompt = first_prompt(spec, "triton", "an H100", 2, "ref")
+    assert "compute-bound at rows=4096, cols=16384; memory-bound at rows=32768, cols=1024" in prompt
+    single = get_problem("softmax")
+    assert single.regime_of(1) == single.regime_label == "memory-bound"
+    assert "the problem is memory-bound" in first_prompt(single, "triton", "an H100", 2, "ref")
+
+
 def test_stress_cases_describe_themselves():
     from kb_env.problem import Stress
 
@@ -265,3 +284,53 @@ def test_unknown_problem_lists_known_problems():
     assert "nope" in msg
     for name in ("softmax", "rmsnorm", "gemm_bias_gelu"):
         assert name in msg
+
+
+# ----- the registry's other roots: KB_PROBLEM_PATH and the import cache ------------------------------
+def _copy_softmax(root: Path, name: str) -> None:
+    shutil.copytree(SOFTMAX, root / name)  # the folder names the problem
+
+
+def test_kb_problem_path_roots_are_read_and_a_name_twice_is_an_error(tmp_path, monkeypatch):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    _copy_softmax(a, "extra_softmax")
+    monkeypatch.setenv("KB_PROBLEM_PATH", f"{a}:{tmp_path / 'missing'}")
+    refresh_problems()
+    try:
+        assert "extra_softmax" in all_problems() and "extra_softmax" in problem_names()
+        _copy_softmax(b, "extra_softmax")
+        monkeypatch.setenv("KB_PROBLEM_PATH", f"{a}:{b}")
+        with pytest.raises(ProblemError, match="defined twice"):
+            all_problems()
+    finally:
+        monkeypatch.undo()
+        refresh_problems()
+
+
+def test_a_broken_imported_problem_is_left_out_with_a_warning(tmp_path, monkeypatch):
+    _copy_softmax(tmp_path, "level1-9_Broken")
+    (tmp_path / "level1-9_Broken" / "problem.yaml").write_text("name: level1-9_Broken\nseeds: abc\n")
+    monkeypatch.setenv("KB_IMPORT_DIR", str(tmp_path))
+    refresh_problems()
+    try:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            problems = all_problems()
+        assert "level1-9_Broken" not in problems and "softmax" in problems
+        assert any("level1-9_Broken" in str(w.message) for w in seen)
+    finally:
+        monkeypatch.undo()
+        refresh_problems()
+
+
+def test_a_problem_imported_by_another_process_is_found_by_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("KB_IMPORT_DIR", str(tmp_path))
+    refresh_problems()
+    try:
+        assert "level1-8_Later" not in all_problems()
+        _copy_softmax(tmp_path, "level1-8_Later")  # written after this process read the registry
+        assert get_problem("level1-8_Later").folder == (tmp_path / "level1-8_Later").resolve()
+    finally:
+        monkeypatch.undo()
+        refresh_problems()

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import torch
 
+from kb_env.sandbox import cases
 from kb_env.sandbox.cases import make_inputs
 
 
@@ -53,3 +54,19 @@ def test_heavy_tail_keeps_the_dtype():
     ref = SimpleNamespace(get_inputs=lambda: [torch.randn(1000).to(torch.bfloat16)])
     out = make_inputs(ref, {}, 1, "cpu", {"scale": 0.5, "heavy_tail": 4})[0]
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+
+
+def test_large_inputs_are_transformed_slice_by_slice_alike(monkeypatch):
+    """Inputs larger than a slice (here 1000 elements) are transformed slice by slice (peak memory one
+    more copy of the input): still identical in both workers, still heavy-tailed, signs kept, and a
+    strided input keeps its layout."""
+    monkeypatch.setattr(cases, "STRESS_SLICE", 1000)
+    ref = SimpleNamespace(get_inputs=lambda: [torch.randn(300, 200), torch.randn(50, 40).t()])
+    stress = {"scale": 2.0, "heavy_tail": 3}
+    a, b = make_inputs(ref, {}, 9, "cpu", stress), make_inputs(ref, {}, 9, "cpu", stress)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    plain = make_inputs(ref, {}, 9, "cpu")
+    assert _kurtosis(a[0]) > 8 and torch.equal(torch.sign(a[0]), torch.sign(plain[0]))
+    assert a[1].stride() == plain[1].stride() and torch.equal(torch.sign(a[1]), torch.sign(plain[1]))
+    scaled = make_inputs(ref, {}, 9, "cpu", {"scale": 2.0})
+    assert torch.equal(scaled[1], plain[1] * 2)

@@ -783,4 +783,4 @@ def _finite(x: float | None) -> float | None:
 
 
 def _fmt_shape(shape: dict[str, int]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in shape.items())
+    return ", ".join(f"{k}={v}" for k, v in shape.items()) or "(as get_inputs() makes it)"  # {}: fixed sizes

@@ -50,13 +50,21 @@ def first_prompt(spec: ProblemSpec, backend: str, gpu: str, max_turns: int, refe
         spec.description.strip(),
         f"```python\n{reference.rstrip()}\n```",
         f"Timed shapes: {shapes}." if shapes else "",
-        f"At these shapes the problem is {spec.regime} on this GPU class (its roofline regime)." if spec.regime else "",
+        _regime_line(spec),
         _CONTRACT,
         "Rules for this problem: " + "; ".join(rules) + "." if rules else "",
         f"You have {max_turns} attempt(s); after each you get the compiler, correctness and profiler feedback."
         + (f" The episode also has a wall-clock budget of {_duration(budget_s)} (your replies and the evaluations "
            "together); no new attempt starts after it." if budget_s else ""),
     ]))
+
+
+def _regime_line(spec: ProblemSpec) -> str:
+    if isinstance(spec.regime, list):
+        per_shape = "; ".join(f"{regime} at {', '.join(f'{k}={v}' for k, v in shape.items())}"
+                              for regime, shape in zip(spec.regime, spec.shapes.gpu))
+        return f"Its roofline regime on this GPU class differs by shape: {per_shape}."
+    return f"At these shapes the problem is {spec.regime} on this GPU class (its roofline regime)." if spec.regime else ""
 
 
 def feedback_prompt(feedback: str, turn: int, max_turns: int, no_code: bool) -> str:

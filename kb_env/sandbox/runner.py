@@ -116,15 +116,18 @@ class ForkedProcess:
 
 
 class WorkerProcess:
-    """A `kb_env.sandbox.worker` with a pipe pair only it and the harness hold, forked from the
-    warm server or spawned (`start`: "auto" tries the server first; `started_by` says which).
+    """A `kb_env.sandbox.worker` (or another worker `module` with the same command line: READ_FD
+    WRITE_FD MAX_FILE_BYTES PARENT_PID) with a pipe pair only it and the harness hold, forked from
+    the warm server or spawned (`start`: "auto" tries the server first, for the default module
+    only; `started_by` says which).
 
     `max_file_bytes` bounds each file it writes; `max_memory_bytes` the resident memory of it
     and its children together (a watchdog kills it past that, and `WorkerDied` says so). Its
     environment carries a random token (`reaper.TOKEN_VAR`) that marks the processes it starts."""
 
     def __init__(self, role: str, mode: str, workdir: Path, max_file_bytes: int | None = None,
-                 max_memory_bytes: int | None = None, start: Literal["auto", "spawn"] = "auto"):
+                 max_memory_bytes: int | None = None, start: Literal["auto", "spawn"] = "auto",
+                 module: str = "kb_env.sandbox.worker"):
         self.role = role
         self.mode = mode
         workdir.mkdir(parents=True, exist_ok=True)
@@ -141,11 +144,11 @@ class WorkerProcess:
         self.proc: subprocess.Popen | ForkedProcess | None = None
         self.started_by = "spawn"
         with open(self.log_path, "wb") as log:
-            if start == "auto":
+            if start == "auto" and module == "kb_env.sandbox.worker":  # the server forks only this worker
                 self.proc = self._fork(mode, (to_child_r, from_child_w, log.fileno()), workdir, env, max_file_bytes)
             if self.proc is None:
                 self.proc = subprocess.Popen(
-                    [sys.executable, "-m", "kb_env.sandbox.worker", str(to_child_r), str(from_child_w),
+                    [sys.executable, "-m", module, str(to_child_r), str(from_child_w),
                      str(max_file_bytes or 0), str(os.getpid())],
                     pass_fds=(to_child_r, from_child_w),
                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

@@ -1,0 +1,1 @@
+"""Not a problem: a helper module beside the problems."""
