@@ -15,6 +15,13 @@ mean) and counted by `count_flops`:
   per weight tap), plus 1 per output element for the bias when there is one;
 - a comparison (ne, ...) or a select (where) is 1 FLOP per output element, like pointwise
   arithmetic (cross-entropy's ignore_index bookkeeping);
+- attention (torch's scaled_dot_product_attention, kept whole) is the textbook math per score it
+  does not mask: 2*D for q.k, 1 for the scale, 5 for the softmax (max, subtract, exp, sum,
+  divide) and 2*Dv for the p.v product. A causal mask (``is_causal``, top-left aligned as torch
+  aligns it) leaves the scores of keys at or before the query, S*(S+1)/2 per head when S == Sk:
+  that is the work a kernel needs, the dense-equivalent count of the unmasked scores. Counting
+  the masked half too would let a good causal kernel's peak_fraction pass 1.
+  `test_attention_rule_matches_textbook_math` ties this to a traced explicit computation;
 - dtype conversions, views, broadcasts, copies, indexing (gather) and allocations are free.
 
 An op in none of these lists makes the counter raise: a new reference that uses one forces a
@@ -58,12 +65,16 @@ DECOMPOSITIONS = {
     **torch._decomp.get_decompositions([aten._softmax, aten._log_softmax, aten.gelu, aten.mean, aten.var_mean]),
     **torch._decomp.get_decompositions([aten.native_layer_norm]),
 }
+# Attention stays whole (its decomposition is masked dense math): see ATTENTION.
+del DECOMPOSITIONS[aten._scaled_dot_product_flash_attention_for_cpu.default]
 
 MATMUL = {"mm", "bmm", "addmm", "baddbmm"}
 POINTWISE = {
     "add", "sub", "rsub", "mul", "div", "true_divide", "neg", "abs", "reciprocal", "square",
     "exp", "exp2", "expm1", "log", "log1p", "log2", "tanh", "sigmoid", "erf", "sin", "cos",
     "sqrt", "rsqrt", "pow", "maximum", "minimum", "clamp", "clamp_min", "clamp_max", "relu",
+    "eq",  # a comparison, 1 per element (logsumexp's guard against an infinite row max)
+    "where",  # a select, 1 per element (the same guard)
 }
 REDUCTION = {"sum", "amax", "amin", "prod", "argmax", "argmin"}
 FREE = {
@@ -72,6 +83,9 @@ FREE = {
     "squeeze", "unsqueeze", "slice", "select", "as_strided", "contiguous", "collapse_view", "split_dim",
     "empty", "empty_like", "empty_strided", "full", "full_like", "zeros", "zeros_like", "ones", "ones_like",
     "scalar_tensor", "getitem",
+    "cat",  # a copy
+    "split_with_sizes",  # views
+    "index",  # a gather: data movement
 }
 # Rules added with the Level-1 deck, one per line (see the module docstring for each convention).
 SCAN = {"cumsum"}
@@ -83,8 +97,8 @@ FREE.add("gather")
 REDUCTION.add("sort")  # a sort selects by comparing: 1 FLOP per input element, as for amax (topk's reference)
 FREE.add("bitwise_and")  # integer bit work unpacking packed codes (int4 weights): no floating-point arithmetic
 FREE.add("__rshift__")  # (the same, the high nibble)
-FREE.add("cat")  # joining tensors moves data (the unpacked nibbles interleaved)
 MATMUL.add("_grouped_mm")  # 2*rows*K*N: every row of the 2-D operand once (each routed token, moe_swiglu_grouped)
+ATTENTION = {"_scaled_dot_product_flash_attention_for_cpu"}  # what scaled_dot_product_attention runs on CPU
 
 
 def _numel(node_or_value) -> int:
@@ -107,11 +121,32 @@ def _matmul_flops(name: str, node: torch.fx.Node) -> int:
 
 
 def _conv_flops(node: torch.fx.Node) -> int:
-    weight, bias, transposed = node.args[1], node.args[2], node.args[6]
-    assert not transposed, "no rule for a transposed convolution yet"
-    taps = weight.meta["val"][0].numel()  # (C_in / groups) * kh * kw
-    out = _numel(node)
-    return 2 * out * taps + (out if bias is not None else 0)
+    _, weight, bias, _stride, _padding, _dilation, transposed, *_ = node.args
+    if transposed:
+        raise NotImplementedError("the FLOP counter has no rule for a transposed convolution")
+    per_output = weight.meta["val"][0].numel()  # (C_in / groups) * kernel area
+    return 2 * _numel(node) * per_output + (_numel(node) if bias is not None else 0)
+
+
+def causal_scores(s: int, sk: int) -> int:
+    """Scores a top-left-aligned causal mask keeps: query i sees keys 0..i, at most sk of them."""
+    return s * (s + 1) // 2 if s <= sk else sk * (sk + 1) // 2 + (s - sk) * sk
+
+
+def _attention_flops(node: torch.fx.Node) -> tuple[int, int]:
+    """(matmul, softmax) FLOPs of one attention call, by the module docstring's convention."""
+    q, k, v = (a.meta["val"] for a in node.args[:3])
+    dropout = node.args[3] if len(node.args) > 3 else 0.0
+    causal = node.args[4] if len(node.args) > 4 else node.kwargs.get("is_causal", False)
+    if dropout or node.kwargs.get("attn_mask") is not None:
+        raise NotImplementedError("the FLOP counter has no rule for attention with dropout or an explicit mask")
+    *batch, s, d = q.shape
+    sk, dv = k.shape[-2], v.shape[-1]
+    heads = 1
+    for n in batch:
+        heads *= n
+    scores = heads * (causal_scores(s, sk) if causal else s * sk)
+    return scores * (2 * d + 2 * dv), scores * 6
 
 
 @dataclass
@@ -150,9 +185,14 @@ def count_flops(graph: torch.fx.Graph) -> Work:
         elif name in CONVOLUTION:
             n = _conv_flops(node)
             work.matmul += n
+        elif name in ATTENTION:
+            products, softmax = _attention_flops(node)
+            work.matmul += products
+            work.pointwise += softmax
+            n = products + softmax
         else:
             raise NotImplementedError(f"the FLOP counter has no rule for {node.target} ({name}); "
-                                      "add it to one of the rule lists in this module (MATMUL, POINTWISE, REDUCTION, FREE, ...)")
+                                      "add it to one of the rule lists in this module (MATMUL, POINTWISE, REDUCTION, CONVOLUTION, ATTENTION, FREE, ...)")
         work.ops[name] += n
     return work
 
@@ -261,6 +301,39 @@ def test_counter_counts_scan_variance_convolution_and_selects():
 def test_counter_refuses_an_op_it_has_no_rule_for():
     with pytest.raises(NotImplementedError, match="bessel_j0"):
         count_flops(trace(lambda x: torch.special.bessel_j0(x), torch.randn(3, 4)))
+
+
+def test_convolution_rule_counts_multiply_adds():
+    """A 1x1 convolution is a matrix product and counts like one; a 3x3 one with bias and a
+    grouped one by hand (2 per multiply-add over C_in / groups * 9 taps, 1 per output for the bias)."""
+    x, w = torch.randn(2, 6, 5, 7), torch.randn(4, 6, 1, 1)
+    conv = count_flops(trace(lambda x, w: F.conv2d(x, w), x, w))
+    product = count_flops(trace(lambda x, w: w.view(4, 6) @ x.view(2, 6, 35), x, w))
+    assert conv.flops == product.flops == 2 * (2 * 4 * 35) * 6
+    b = torch.randn(4)
+    assert count_flops(trace(lambda x, w, b: F.conv2d(x, w, b, padding=1), x, torch.randn(4, 6, 3, 3), b)).flops == (
+        2 * (2 * 4 * 35) * 6 * 9 + 2 * 4 * 35)
+    assert count_flops(trace(lambda x, w: F.conv2d(x, w, groups=2), x, torch.randn(4, 3, 3, 3))).flops == (
+        2 * (2 * 4 * 3 * 5) * 3 * 9)
+
+
+def test_attention_rule_matches_textbook_math():
+    """Attention counts what softmax(q k^T * scale) v does when traced as explicit math, per
+    score; causal keeps S*(S+1)/2 of the S*S scores per head; grouped-query counts per query head."""
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 8)
+    fused = count_flops(trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), q, k, v))
+    explicit = count_flops(trace(lambda q, k, v: torch.softmax(q @ k.transpose(-1, -2) * 8**-0.5, -1) @ v, q, k, v))
+    assert set(fused.ops) == set(ATTENTION) and set(explicit.ops) == {"bmm", "mul", "amax", "sub", "exp", "sum", "div"}
+    assert fused.flops == explicit.flops == 2 * 3 * 5 * 7 * (2 * 8 + 6 + 2 * 8)
+    q = torch.randn(2, 3, 7, 8)
+    causal = count_flops(trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), q, k, v))
+    assert causal.flops == 2 * 3 * (7 * 8 // 2) * (2 * 8 + 6 + 2 * 8)
+    q6 = torch.randn(2, 6, 7, 8)
+    gqa = count_flops(trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+                            q6, k, v))
+    wide = count_flops(trace(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+                             q6, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)))
+    assert gqa.flops == wide.flops == 2 * causal.flops
 
 
 # ----- the formulas ---------------------------------------------------------------------------

@@ -1,0 +1,54 @@
+"""Every problem's stress cases (problem.yaml `stress`) keep the reference a fair answer key.
+
+The evaluator grades each stress case with the problem's usual tolerance. For every forward
+problem, CPU shape and stress case, built as the sandbox builds it:
+
+- the reference's output is finite (the transformed inputs keep the reference well-defined);
+- the float64 oracle (the same Model and inputs upcast, or the reference module's own
+  ``oracle(model, inputs)``), cast to the output dtype, passes against the reference: a kernel
+  that computes exactly is never failed by a stress case.
+
+The bars themselves are calibrated on plain inputs by test_problem_tolerances.py; this file keeps
+a stress case from quietly asking for more than the dtype can give (an attention problem whose
+scaled-up logits make the reference's own rounding dominate, say).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kb_env.evaluate.correctness import compare_outputs
+from kb_env.problem import Interface, all_problems, import_file
+from kb_env.sandbox.cases import as_output_list, make_inputs, make_reference_model
+
+PROBLEMS = {name: spec for name, spec in all_problems().items() if spec.interface is Interface.forward}
+PARAM_SEED, SEED = 1234, 77
+
+
+def _cases():
+    for name, spec in sorted(PROBLEMS.items()):
+        for i in range(len(spec.shapes.cpu)):
+            for j, stress in enumerate(spec.stress):
+                yield pytest.param(name, i, j, id=f"{name}-cpu{i}-{stress.describe().removeprefix('inputs ')}")
+
+
+@pytest.mark.parametrize("name,shape_index,stress_index", list(_cases()))
+def test_exact_answer_passes_every_stress_case(name, shape_index, stress_index):
+    spec = PROBLEMS[name]
+    ref = import_file(spec.reference_path, f"_stress_ref_{name}")
+    shape = spec.shapes.cpu[shape_index]
+    stress = spec.stress[stress_index]
+    inputs = make_inputs(ref, shape, SEED, "cpu", stress.model_dump())
+    model = make_reference_model(ref, shape, PARAM_SEED).eval()
+    with torch.no_grad():
+        outs = as_output_list(model(*inputs))
+        if hasattr(ref, "oracle"):
+            oracle = as_output_list(ref.oracle(model, inputs))
+        else:
+            model64 = make_reference_model(ref, shape, PARAM_SEED).double().eval()
+            oracle = as_output_list(model64(*[x.double() if x.is_floating_point() else x for x in inputs]))
+    for out in outs:
+        assert not out.is_floating_point() or bool(torch.isfinite(out).all()), f"{name}: non-finite reference output"
+    ok, mismatch, _ = compare_outputs([o.to(r.dtype) for o, r in zip(oracle, outs)], outs, spec.tolerance)
+    assert ok, f"{name} {shape}, {stress.describe()}: the float64 answer fails: {mismatch.message}"
