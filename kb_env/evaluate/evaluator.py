@@ -40,9 +40,10 @@ from .result import CaseCheck, DeviceInfo, ErrorKind, EvalResult, Mismatch, Perf
 from .roofline import peak_fraction
 from .seeds import SeedPlan, derive_seed
 from .static import check_source
-from .workers import REF_MAX_USES, CandidateSpares, ReferencePool, gpu_lock
+from .workers import REF_MAX_USES, CandidateSpares, ReferencePool, gpu_lock, measure_lock
 
 REFERENCE_TIMEOUT_S = 900.0
+BEGIN_TIMEOUT_S = 60.0  # a kept reference worker's "begin": it forgets the last cases, reads the clocks
 MAX_MESSAGE_CHARS = 20_000
 CPU_TIMING = {"warmup": 1, "reps": 3, "rounds": 1, "input_sets": 1}
 # Wall-clock check: flag a reported time under this fraction of the harness's own wall clock
@@ -362,7 +363,8 @@ class Evaluator:
             try:
                 if new:
                     ref.setup_reply = self._ref(ref.worker, None)
-                return self._ref(ref.worker, {"op": "begin"})["device"]
+                # short: a kept worker that a candidate stopped (SIGSTOP) is replaced, not waited for
+                return self._ref(ref.worker, {"op": "begin"}, BEGIN_TIMEOUT_S)["device"]
             except HarnessError:
                 if new or attempt:
                     raise
@@ -394,27 +396,38 @@ class Evaluator:
 
     @contextlib.contextmanager
     def _measuring(self, cand: WorkerProcess, budget: _Budget, res: EvalResult) -> Iterator[None]:
-        """The measuring phase (timing, profiling). With `overlap`, it takes the GPU lock here, the
-        candidate frozen while it waits; without, the whole evaluation already holds it in CUDA mode."""
+        """The measuring phase (timing, profiling), under this process's `measure_lock` (no spare
+        creates a CUDA context meanwhile). With `overlap`, it takes the GPU lock here, the candidate
+        frozen while it waits; without, the whole evaluation already holds it in CUDA mode."""
         if not self.overlap:
-            yield
+            with self._measure_lock(budget):
+                yield
             return
         cand.freeze()
         try:
-            with self._gpu(True, budget, res):
+            with self._gpu(True, budget, res), self._measure_lock(budget):
                 cand.thaw()
                 yield
         finally:
             cand.thaw()
 
+    @contextlib.contextmanager
+    def _measure_lock(self, budget: _Budget) -> Iterator[None]:
+        lock = measure_lock(self.mode)
+        t0 = time.monotonic()
+        with lock:
+            budget.extend(time.monotonic() - t0)  # a spare's CUDA start is not the candidate's time
+            yield
+
     def _part(self, stage: str) -> contextlib.AbstractContextManager:
         clock = getattr(self._local, "clock", None)
         return clock.part(stage) if clock is not None else contextlib.nullcontext()
 
-    def _ref(self, ref: WorkerProcess, message: dict[str, Any] | None) -> dict[str, Any]:
+    def _ref(self, ref: WorkerProcess, message: dict[str, Any] | None,
+             timeout_s: float = REFERENCE_TIMEOUT_S) -> dict[str, Any]:
         """A request to the trusted worker; any failure there is the harness's, not the candidate's."""
         try:
-            reply = ref.request(message, REFERENCE_TIMEOUT_S) if message else ref.recv(REFERENCE_TIMEOUT_S)
+            reply = ref.request(message, timeout_s) if message else ref.recv(timeout_s)
         except (WorkerDied, WorkerTimeout, ProtocolViolation) as exc:
             raise HarnessError(f"reference worker failed: {exc}\n{ref.output_tail()}") from None
         if not reply.get("ok"):

@@ -12,6 +12,9 @@ candidate workers, and the per-process GPU lock.
   the rest of the evaluation instead of adding to it.
 - `gpu_lock`: one lock per mode in this process. Evaluations hold it while they measure (see
   `Evaluator`'s `overlap`), so two timings never share the GPU.
+- `measure_lock`: held only while an evaluation measures (timing, profiling), and by a spare while
+  it initializes CUDA: a context being created (driver work, memory mapped on the device) never
+  lands in a timed batch of this process.
 
 An evaluator in a process forked from the one that made it (a vector environment's worker) starts
 with none of these: the parent's workers are the parent's."""
@@ -29,18 +32,26 @@ from ..sandbox.runner import ProtocolViolation, WorkerDied, WorkerProcess, Worke
 
 REF_MAX_USES = 64
 SPARE_TIMEOUT_S = 300.0
+END_TIMEOUT_S = 60.0  # "end" only forgets the last evaluation's cases: a worker slower than this is replaced
 
 _gpu_locks = {"cuda": threading.Lock(), "cpu": threading.Lock()}
+_measure_locks = {"cuda": threading.Lock(), "cpu": threading.Lock()}
 
 
 def gpu_lock(mode: str) -> threading.Lock:
-    """This process's lock for measuring in `mode`."""
+    """This process's lock for using the GPU in `mode` (see `Evaluator`'s `overlap`)."""
     return _gpu_locks[mode]
 
 
+def measure_lock(mode: str) -> threading.Lock:
+    """This process's lock for measuring in `mode` (always taken after `gpu_lock`, never before)."""
+    return _measure_locks[mode]
+
+
 def _new_locks() -> None:
-    global _gpu_locks
+    global _gpu_locks, _measure_locks
     _gpu_locks = {"cuda": threading.Lock(), "cpu": threading.Lock()}
+    _measure_locks = {"cuda": threading.Lock(), "cpu": threading.Lock()}
 
 
 os.register_at_fork(after_in_child=_new_locks)
@@ -95,7 +106,7 @@ class ReferencePool:
         ref.uses += 1
         if healthy and ref.uses < self.max_uses and self.owner == os.getpid() and ref.worker.alive():
             try:
-                healthy = bool(ref.worker.request({"op": "end"}, SPARE_TIMEOUT_S).get("ok"))
+                healthy = bool(ref.worker.request({"op": "end"}, END_TIMEOUT_S).get("ok"))
             except (WorkerDied, WorkerTimeout, ProtocolViolation):
                 healthy = False
             if healthy:
@@ -158,7 +169,8 @@ class CandidateSpares:
         spare = Spare(worker, folder, None)
         if warm:
             try:
-                spare.warm_reply = worker.request({"op": "warm", "mode": self.mode}, SPARE_TIMEOUT_S)
+                with measure_lock(self.mode):  # its CUDA context is not made while another evaluation measures
+                    spare.warm_reply = worker.request({"op": "warm", "mode": self.mode}, SPARE_TIMEOUT_S)
             except (WorkerDied, WorkerTimeout, ProtocolViolation):
                 spare.warm_reply = None  # it failed before any candidate: the evaluation sees it dead
         return spare
