@@ -326,8 +326,8 @@ class Bench:
         t0 = time.monotonic()
         cuda = self.mode == "cuda"
         # (section, share of the time left when it starts)
-        plan = [("stream", lambda: self.streams(False, 0.55)), ("stream", self.spread),
-                ("dobench", lambda: self.dobench(0.35) if cuda else None),
+        plan = [("stream", lambda: self.streams(False, 0.6)), ("stream", self.spread),
+                ("dobench", lambda: self.dobench(0.4) if cuda else None),
                 ("breakdown", lambda: self.breakdown(0.35)),
                 ("overlap", lambda: self.streams(True, 0.8 if cuda and "ncu" in sections else 0.95)),
                 ("ncu", lambda: self.ncu() if cuda else None)]
@@ -596,7 +596,7 @@ def add_arguments(ap) -> None:
     ap.add_argument("--concurrency", type=int, default=4, help="evaluations at once in the overlapped stream")
     ap.add_argument("--cold", type=int, default=3, help="problems evaluated cold for the breakdown")
     ap.add_argument("--sections", nargs="+", default=SECTIONS, choices=SECTIONS)
-    ap.add_argument("--budget-s", type=float, default=400.0,
+    ap.add_argument("--budget-s", type=float, default=420.0,
                     help="the run's time budget: sections share it and stop starting work past it (seconds)")
     ap.add_argument("--out", default=os.environ.get("OUT"), help="folder for bench.json (default: $OUT)")
 

@@ -11,6 +11,7 @@ that started it (the server's socket belongs to that one)."""
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import select
@@ -192,3 +193,6 @@ def shutdown() -> None:
         _servers.clear()
     for s in servers:
         s.close()
+
+
+atexit.register(shutdown)  # each server exits when its socket closes; this waits for them
