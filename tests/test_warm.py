@@ -264,3 +264,26 @@ def test_overlapped_evaluations_never_measure_at_once(softmax_solution, monkeypa
     assert len(timing) == 2 * len(get_problem("softmax").shapes.cpu)
     for who, t in timing:
         assert any(holder == who and t0 <= t <= t1 for holder, t0, t1 in lock.held), (who, t, lock.held)
+
+
+def test_kept_reference_workers_are_capped_per_process(softmax_solution, monkeypatch):
+    """Each warm evaluator keeps its reference worker (its problem's models and cached outputs);
+    past the process's cap the least recently used is closed, so a sweep over many problems in one
+    process does not hold one per problem (on a GPU, sixteen ran an H200 out of memory)."""
+    from kb_env.evaluate import workers
+
+    monkeypatch.setenv("KB_MAX_KEPT_REFERENCES", "1")
+    first = Evaluator(get_problem("softmax"), "cpu", timeout_s=120)
+    second = Evaluator(get_problem("softmax"), "cpu", timeout_s=120)
+    try:
+        assert first.evaluate(softmax_solution).correct
+        assert workers.kept_references("cpu") == 1
+        kept = first._refs._idle[0].worker
+        assert second.evaluate(softmax_solution).correct
+        assert workers.kept_references("cpu") == 1  # the first evaluator's worker was closed
+        assert first._refs._idle == [] and not kept.alive()
+        assert first.evaluate(softmax_solution).correct  # it starts a new one when needed
+    finally:
+        first.close()
+        second.close()
+    assert not [pool for pool, _ in workers._kept.values() if pool in (first._refs, second._refs)]  # close() let go

@@ -10,6 +10,10 @@ candidate workers, and the per-process GPU lock.
   code exists in it. A spare is used once, by one evaluation, and the next is started in the
   background when it is taken, so that its CUDA initialization overlaps the agent's think time or
   the rest of the evaluation instead of adding to it.
+- Kept (idle) reference workers are capped per process and mode (`MAX_KEPT_REFERENCES`, least
+  recently used closed first): each holds its problem's models, inputs and cached outputs, on the
+  GPU in CUDA mode, so a sweep over many problems in one process must not keep one per problem
+  (sixteen level-1 problems kept at once ran an H200 out of memory).
 - `gpu_lock`: one lock per mode in this process. Evaluations hold it while they measure (see
   `Evaluator`'s `overlap`), so two timings never share the GPU.
 - `measure_lock`: held only while an evaluation measures (timing, profiling), and by a spare while
@@ -25,6 +29,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +38,42 @@ from ..sandbox.runner import ProtocolViolation, WorkerDied, WorkerProcess, Worke
 REF_MAX_USES = 64
 SPARE_TIMEOUT_S = 300.0
 END_TIMEOUT_S = 60.0  # "end" only forgets the last evaluation's cases: a worker slower than this is replaced
+
+# Idle reference workers kept per process and mode; KB_MAX_KEPT_REFERENCES overrides both.
+MAX_KEPT_REFERENCES = {"cuda": 2, "cpu": 8}
+_kept: OrderedDict[tuple[int, int], tuple["ReferencePool", "Ref"]] = OrderedDict()  # least recently used first
+_kept_lock = threading.Lock()
+
+
+def _kept_cap(mode: str) -> int:
+    env = os.environ.get("KB_MAX_KEPT_REFERENCES")
+    return int(env) if env else MAX_KEPT_REFERENCES[mode]
+
+
+def _keep(pool: "ReferencePool", ref: "Ref") -> None:
+    """`ref` joins the process's kept workers; past the cap, the least recently used is closed."""
+    evicted = []
+    with _kept_lock:
+        _kept[(id(pool), ref.index)] = (pool, ref)
+        same_mode = [key for key, (p, _) in _kept.items() if p.mode == pool.mode]
+        for key in same_mode[: max(0, len(same_mode) - _kept_cap(pool.mode))]:
+            evicted.append(_kept.pop(key))
+    for old_pool, old_ref in evicted:
+        if old_pool._forget(old_ref):
+            old_ref.worker.close()
+            shutil.rmtree(old_pool.dir / f"ref{old_ref.index}", ignore_errors=True)
+
+
+def _unkeep(pool: "ReferencePool", ref: "Ref") -> None:
+    with _kept_lock:
+        _kept.pop((id(pool), ref.index), None)
+
+
+def kept_references(mode: str) -> int:
+    """How many idle reference workers this process keeps in `mode`."""
+    with _kept_lock:
+        return sum(1 for p, _ in _kept.values() if p.mode == mode)
+
 
 _gpu_locks = {"cuda": threading.Lock(), "cpu": threading.Lock()}
 _measure_locks = {"cuda": threading.Lock(), "cpu": threading.Lock()}
@@ -50,8 +91,10 @@ def measure_lock(mode: str) -> threading.Lock:
 
 def _new_locks() -> None:
     global _gpu_locks, _measure_locks
+    global _kept, _kept_lock
     _gpu_locks = {"cuda": threading.Lock(), "cpu": threading.Lock()}
     _measure_locks = {"cuda": threading.Lock(), "cpu": threading.Lock()}
+    _kept, _kept_lock = OrderedDict(), threading.Lock()  # the parent's workers are the parent's
 
 
 os.register_at_fork(after_in_child=_new_locks)
@@ -89,6 +132,7 @@ class ReferencePool:
             self._own()
             while self._idle and not fresh:
                 ref = self._idle.pop()
+                _unkeep(self, ref)
                 if ref.worker.alive() and ref.uses < self.max_uses:
                     return ref, False
                 ref.worker.close()
@@ -112,9 +156,18 @@ class ReferencePool:
             if healthy:
                 with self._lock:
                     self._idle.append(ref)
+                _keep(self, ref)
                 return
         ref.worker.close()
         shutil.rmtree(self.dir / f"ref{ref.index}", ignore_errors=True)
+
+    def _forget(self, ref: Ref) -> bool:
+        """Drop `ref` from the idle list (evicted by the cap); False if it was taken meanwhile."""
+        with self._lock:
+            if ref in self._idle:
+                self._idle.remove(ref)
+                return True
+            return False
 
     def _own(self) -> None:
         if self.owner != os.getpid():  # a forked copy: the workers are the parent's
@@ -125,6 +178,8 @@ class ReferencePool:
     def close(self) -> None:
         with self._lock:
             idle, self._idle = self._idle, []
+        for ref in idle:
+            _unkeep(self, ref)
         if self.owner != os.getpid():
             return
         for ref in idle:
