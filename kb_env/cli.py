@@ -1,5 +1,6 @@
 """The `kb` command: `kb list`, `kb eval PROBLEM FILE`, `kb audit FILE --problem P`,
-`kb sweep --out DIR ...`, `kb board DIR`, `kb report DIR` and `kb replay MANIFEST --out DIR`.
+`kb sweep --out DIR ...`, `kb board DIR`, `kb report DIR`, `kb replay MANIFEST --out DIR` and
+`kb bench`.
 
 Bad input (unknown problem, missing file, a file that is not Python or defines no model)
 gets one line on stderr and exit status 2; an evaluated candidate prints its report and exits
@@ -77,7 +78,9 @@ def _run_evaluation(args: argparse.Namespace):
         if sys.stderr.isatty():
             progress = lambda stage: print(f"\r\033[K  {stage} ...", end="", file=sys.stderr, flush=True)  # noqa: E731
     try:
-        result = Evaluator(spec, mode, args.timeout, progress=progress).evaluate(source, args.seed)
+        # a fixed --seed fixes every input: the salt and the pool of grading seeds
+        with Evaluator(spec, mode, args.timeout, progress=progress, pool_key=args.seed) as evaluator:
+            result = evaluator.evaluate(source, args.seed)
         if progress:
             print("\r\033[K", end="", file=sys.stderr)
     except HarnessError as exc:
@@ -208,6 +211,16 @@ def _cmd_replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import run_cli
+    from .problem import ProblemError
+
+    try:
+        return run_cli(args)
+    except (ProblemError, ValueError) as exc:
+        raise CLIError(str(exc).splitlines()[0]) from None
+
+
 def _cmd_import(args: argparse.Namespace) -> int:
     from .kernelbench import Budget, register_kernelbench
 
@@ -279,6 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="write plots and a static HTML report (with a transcript viewer) of a sweep")
     p.add_argument("dir", help="a `kb sweep --out` folder")
     p.set_defaults(func=_cmd_report)
+
+    p = sub.add_parser("bench", help="where an evaluation's time goes, evaluations per GPU-minute, timing "
+                                     "spread, agreement with do_bench and ncu (see docs/PERFORMANCE.md)")
+    from .bench import add_arguments
+
+    add_arguments(p)
+    p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("import", help="register a directory of KernelBench problem files (level1/23_Softmax.py, ...)")
     p.add_argument("dir", help="a KernelBench directory (with level1 ... level4), or one level folder")

@@ -98,6 +98,7 @@ class KernelBenchEnv(gym.Env):
         self.max_turns = max_turns
         self.reward_fn = get_reward(reward)
         self.render_mode = render_mode
+        self._owns_evaluator = evaluator is None  # close() ends its warm workers
         self.evaluator = evaluator or Evaluator(self.spec_problem, self.mode, timeout_s, profile=profile,
                                                 launch_cap=launch_cap)
         self.reference = self.spec_problem.reference_source()
@@ -140,3 +141,11 @@ class KernelBenchEnv(gym.Env):
         if self.render_mode == "ansi":
             return self._feedback
         return None
+
+    def close(self) -> None:
+        """End the evaluator's warm workers (an injected evaluator is its owner's to close)."""
+        if self._owns_evaluator:
+            close = getattr(self.evaluator, "close", None)
+            if close is not None:
+                close()
+        super().close()

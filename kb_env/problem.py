@@ -11,6 +11,7 @@ import ast
 import importlib.util
 import math
 import os
+import threading
 import warnings
 from enum import Enum
 from functools import lru_cache
@@ -297,9 +298,17 @@ def _formula_names(text: str) -> set[str]:
     return {n.id for n in ast.walk(_compile_formula(text)) if isinstance(n, ast.Name)} - set(_FUNCS)
 
 
+@lru_cache(maxsize=None)
+def _formula_code(text: str):
+    with _PARSE_LOCK:  # CPython 3.11's AST builder is not safe in two threads at once
+        return compile(_compile_formula(text), "<formula>", "eval")
+
+
+_PARSE_LOCK = threading.Lock()
+
+
 def _eval_formula(text: str, shape: Shape) -> float:
-    code = compile(_compile_formula(text), "<formula>", "eval")
-    return float(eval(code, {"__builtins__": {}}, {**_FUNCS, **shape}))  # noqa: S307 (checked AST)
+    return float(eval(_formula_code(text), {"__builtins__": {}}, {**_FUNCS, **shape}))  # noqa: S307 (checked AST)
 
 
 # ----- loading -------------------------------------------------------------------------

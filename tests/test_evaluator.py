@@ -17,8 +17,9 @@ def test_progress_reports_each_stage_in_order(softmax_solution):
     assert result.correct
     n_cases = len(spec.shapes.cpu) * (len(spec.seeds) + len(spec.stress))
     assert stages[:3] == ["starting workers", "reference outputs", "loading the candidate"]
-    # every stage's wall time is kept, and together they account for the evaluation
-    assert set(result.stage_s) == {"starting", "reference", "loading", "correctness", "timing"}
+    # every stage's wall time is kept (the baseline's batches apart from the candidate's), and
+    # together they account for the evaluation
+    assert set(result.stage_s) == {"starting", "reference", "loading", "correctness", "timing", "baseline"}
     assert all(v >= 0 for v in result.stage_s.values()) and result.stage_s["correctness"] > 0
     assert 0.8 * result.wall_s <= sum(result.stage_s.values()) <= result.wall_s
     assert [s for s in stages if s.startswith("correctness")][-1].startswith(f"correctness {n_cases}/{n_cases}")

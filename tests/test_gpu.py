@@ -38,6 +38,31 @@ def test_illegal_memory_access_then_healthy_gpu():
     assert good.correct and good.error is None, good.message
 
 
+def test_faults_leave_a_warm_evaluator_clean():
+    """One warm evaluator: an illegal memory access and a hang, each in its own forked candidate
+    process; the next evaluation still forks from the same server, keeps its reference worker and
+    grades the known-good correct (a sticky CUDA error never reaches another process)."""
+    from kb_env.evaluate.evaluator import Evaluator
+    from kb_env.sandbox import server
+
+    spec = get_problem("softmax")
+    good = spec.solution_paths[0].read_text()
+    with Evaluator(spec, "cuda", timeout_s=60) as ev:
+        first = ev.evaluate(good)
+        assert first.correct, first.message
+        servers = {s.pid for s in server.running()}
+        bad = ev.evaluate(candidate("illegal_memory"))
+        assert not bad.correct and bad.error.value in ("runtime_error", "crash"), bad.message
+        hang = ev.evaluate(candidate("hang"))
+        assert hang.error.value == "timeout", hang.message
+        after = ev.evaluate(good)
+    assert after.correct and after.error is None and after.flags == [], after.message
+    assert after.perf.reference_start == "warm" and after.perf.candidate_start in ("spare", "server")
+    assert {s.pid for s in server.running()} == servers
+    for a, b in zip(first.timings, after.timings):  # the same kernel, the same GPU: the same time
+        assert abs(b.candidate.median_ms / a.candidate.median_ms - 1) < 0.1
+
+
 def test_patched_timer_is_flagged_on_gpu():
     spec = get_problem("softmax")
     r = evaluate(spec, tampered("patch_timer"), mode="cuda")

@@ -1,37 +1,49 @@
 """One evaluation of one candidate, end to end, from the trusted side.
 
-Two worker processes per evaluation, started together: a *reference* worker (trusted; it
-computes reference outputs, keeps them, checks candidate outputs against them and times the
-baseline) and a *candidate* worker (the candidate's module is imported there, nowhere else).
-This process only relays: reference outputs never exist in the candidate's memory or here.
+Two worker processes per evaluation: a *reference* worker (trusted; it computes reference
+outputs, keeps them, checks candidate outputs against them and times the baseline) and a
+*candidate* worker (the candidate's module is imported there, nowhere else). This process only
+relays: reference outputs never exist in the candidate's memory or here.
 
-Seeds are derived from a per-evaluation secret salt the candidate never sees (it gets inputs,
-not seeds: both workers draw the same inputs from the seed the harness sends each of them).
+Warm (the default): the candidate worker is fresh for every evaluation, forked from the warm
+worker server before any candidate code or CUDA context exists in it (`kb_env.sandbox.server`);
+the reference worker is kept across evaluations of the problem with its models and the
+reference outputs of pooled grading seeds (`workers.ReferencePool`); baseline timings are kept
+per process and confirmed each evaluation (`baseline`). ``warm=False`` is the cold path: two
+freshly spawned processes, every seed from the salt, the baseline timed in full every time.
+
+Seeds are derived from secrets the candidate never sees (`seeds`): it gets inputs, not seeds
+ahead of its calls (both workers draw the same inputs from the seed the harness sends each).
 """
 
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import math
 import secrets
+import shutil
 import statistics
-import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..hardware import lookup
 from ..problem import Interface, ProblemSpec, Stress
 from ..sandbox.runner import ProtocolViolation, WorkerDied, WorkerProcess, WorkerTimeout
+from . import baseline as baselines
 from .filewatch import changed_files, tree_digest
 from .kernels import analyze
 from .oprules import op_flags
-from .result import CaseCheck, DeviceInfo, ErrorKind, EvalResult, Mismatch, Samples, ShapeTiming, geomean
+from .result import CaseCheck, DeviceInfo, ErrorKind, EvalResult, Mismatch, PerfStats, Samples, ShapeTiming, geomean
 from .roofline import peak_fraction
+from .seeds import SeedPlan, derive_seed
 from .static import check_source
+from .workers import REF_MAX_USES, CandidateSpares, ReferencePool, gpu_lock, measure_lock
 
 REFERENCE_TIMEOUT_S = 900.0
+BEGIN_TIMEOUT_S = 60.0  # a kept reference worker's "begin": it forgets the last cases, reads the clocks
 MAX_MESSAGE_CHARS = 20_000
 CPU_TIMING = {"warmup": 1, "reps": 3, "rounds": 1, "input_sets": 1}
 # Wall-clock check: flag a reported time under this fraction of the harness's own wall clock
@@ -45,15 +57,13 @@ WALL_CHECK_CONFIRM = 2  # extra estimates taken when the first says "implausible
 # 0.1 ms) gave estimates from -0.08 to +0.3 ms per call for the same honest kernel on an H200.
 WALL_BATCH_MS = 40.0
 WALL_BATCH_MAX_CALLS = 4000
+# Reference outputs the reference worker may keep (pooled grading cases), by mode: a GPU's memory
+# is shared with the candidate's worker.
+REF_CACHE_BYTES = {"cuda": 4 << 30, "cpu": 256 << 20}
 
 
 class HarnessError(RuntimeError):
     """The trusted side failed (broken problem, reference worker crash): not the candidate's fault."""
-
-
-def derive_seed(salt: int, label: str) -> int:
-    digest = hashlib.blake2b(f"{salt}:{label}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & 0x7FFF_FFFF_FFFF_FFFF
 
 
 def _outputs(value: Any) -> list:
@@ -114,6 +124,18 @@ class _StageClock:
         self._stage, self._since = None, now
         return self.seconds
 
+    @contextlib.contextmanager
+    def part(self, stage: str) -> Iterator[None]:
+        """Charge the time inside to `stage` (no progress message), then go back to the current one."""
+        current = self._stage
+        self.stop()
+        self._stage = stage
+        try:
+            yield
+        finally:
+            self.stop()
+            self._stage = current
+
 
 class _Budget:
     def __init__(self, seconds: float):
@@ -121,6 +143,10 @@ class _Budget:
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
+
+    def extend(self, seconds: float) -> None:
+        """Time the candidate did not use (waiting for the GPU) is not taken from it."""
+        self.deadline += seconds
 
 
 class _Confirm:
@@ -145,10 +171,30 @@ class _Confirm:
 class Evaluator:
     """Evaluates candidates for one problem in one mode ("cuda" or "cpu"). With `profile` (the
     default) a correct candidate's call is profiled once per shape on a GPU: the kernel table
-    in the feedback, and the kernel checks (own share, launch cap, side streams, late work)."""
+    in the feedback, and the kernel checks (own share, launch cap, side streams, late work).
+
+    `warm` (default): workers forked from the warm server, the reference worker and baseline
+    timings kept (see the module docstring); ``close()`` (or dropping the evaluator) ends its
+    workers. `pool_key` fixes the secret the pooled grading seeds come from (default: drawn here).
+
+    `compile_pass` (default: in CUDA mode) runs each shape's first call on ungraded fresh inputs
+    before correctness, so compilation has its own stage and happens before the GPU is measured.
+
+    Several threads may evaluate at once. They never measure at once on one GPU: timing and
+    profiling hold this process's `gpu_lock`. With `overlap` off (the default) an evaluation in
+    CUDA mode holds it from its first worker request to its last, so no other candidate's process
+    has the GPU while one is measured. With `overlap` on, it holds it only to measure: another
+    evaluation's workers start, compile and check correctness meanwhile (on the CPU cores, and
+    briefly on the GPU), and a candidate waiting for the lock is frozen (SIGSTOP) until it has it.
+    That trades isolation for throughput: a co-running candidate's GPU work (a hostile one may
+    launch as much as it likes while it compiles) lands in the measured evaluation's timing; the
+    baseline check then sees it and falls back to interleaved rounds, which cancel it in the
+    speedup, but not in peak_fraction (see docs/PERFORMANCE.md)."""
 
     def __init__(self, spec: ProblemSpec, mode: str, timeout_s: float | None = None,
-                 progress: Callable[[str], None] | None = None, profile: bool = True, launch_cap: bool = True):
+                 progress: Callable[[str], None] | None = None, profile: bool = True, launch_cap: bool = True,
+                 warm: bool = True, overlap: bool = False, compile_pass: bool | None = None,
+                 pool_key: int | None = None):
         if mode not in ("cuda", "cpu"):
             raise ValueError(f"mode must be 'cuda' or 'cpu', not {mode!r}")
         if mode == "cpu" and spec.gpu_only:
@@ -169,6 +215,61 @@ class Evaluator:
         self.baseline_source = spec.baseline_path.read_text() if spec.baseline_path else None
         self._watched = [spec.folder, *_package_dirs()]
         self._digest = tree_digest(self._watched)
+        self.warm, self.overlap = warm, overlap
+        self.compile_pass = (mode == "cuda") if compile_pass is None else compile_pass
+        self._pool_key = (secrets.randbits(63) if pool_key is None else pool_key) if warm else None
+        self._workers_lock = threading.Lock()
+        self._refs: ReferencePool | None = None
+        self._spares: CandidateSpares | None = None
+        self._finalizer: weakref.finalize | None = None
+
+    # ----- workers --------------------------------------------------------------------
+    def _pools(self) -> tuple[ReferencePool, CandidateSpares]:
+        """This evaluator's reference workers and candidate worker starter, made on first use."""
+        with self._workers_lock:
+            if self._refs is None or self._spares is None:
+                start = "auto" if self.warm else "spawn"
+                setup = {"op": "setup", "mode": self.mode, "problem_dir": str(self.spec.folder),
+                         "reference_source": self.reference_source, "interface": self.spec.interface.value,
+                         "role": "reference", "baseline": self.spec.baseline.value,
+                         "baseline_source": self.baseline_source, "spec": self.spec.model_dump(mode="json"),
+                         "cache_bytes": REF_CACHE_BYTES[self.mode] if self.warm else 0}
+                self._refs = ReferencePool(self.mode, setup, max_uses=REF_MAX_USES if self.warm else 1, start=start)
+                self._spares = CandidateSpares(self.mode, self.spec.limits.max_file_mb << 20,
+                                               self.spec.limits.max_memory_mb << 20,
+                                               ahead=self.warm and self.mode == "cuda", start=start)
+                self._finalizer = weakref.finalize(self, _close_pools, self._refs, self._spares)
+            return self._refs, self._spares
+
+    def close(self) -> None:
+        """End this evaluator's workers (warm reference workers, a spare candidate worker). It can
+        still evaluate afterwards: it starts new ones."""
+        with self._workers_lock:
+            refs, spares, self._refs, self._spares = self._refs, self._spares, None, None
+            if self._finalizer is not None:
+                self._finalizer.detach()
+                self._finalizer = None
+        _close_pools(refs, spares)
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def seeds_of(self, salt: int) -> list[int]:
+        """Every seed an evaluation with `salt` may send a worker, the whole pool included (for
+        tests that look for seeds where they must not be)."""
+        plan = SeedPlan(salt, self._pool_key)
+        shapes = self.spec.shapes_for(self.mode)
+        timing = self.spec.timing.model_dump() if self.mode == "cuda" else dict(CPU_TIMING)
+        out = [plan.param_seed, *plan.all_pooled(len(shapes))]
+        out += [seed for si in range(len(shapes)) for seed, _ in plan.grading(si, self.spec.seeds)]
+        out += [plan.stress(k) for k in range(len(self.spec.stress))]
+        out += [seed for calls in _timed_calls(plan, len(shapes), timing).values() for seed in calls]
+        out += [plan.fresh(f"{what}:{si}") for si in range(len(shapes)) for what in ("compile", "profile")]
+        out += [plan.fresh(f"timing:{si}:baseline:{i}") for si in range(len(shapes)) for i in range(4)]
+        return out
 
     def progress(self, message: str) -> None:
         """Report a stage (and time it, inside an evaluation)."""
@@ -195,8 +296,7 @@ class Evaluator:
             res.error = ErrorKind.integrity
             res.message = "not run: the source imports what this problem forbids (" + ", ".join(static.flags) + ")"
         else:
-            with tempfile.TemporaryDirectory(prefix="kb_eval_") as tmp:
-                self._run(Path(tmp), source, salt, res)
+            self._run(source, salt, res)
             if changed_files(self._digest, tree_digest(self._watched)):
                 res.flags = sorted({*res.flags, "modified_harness_files"})
                 res.error = ErrorKind.integrity
@@ -206,45 +306,128 @@ class Evaluator:
         return res
 
     # ----- the two workers -------------------------------------------------------------
-    def _run(self, tmp: Path, source: str, salt: int, res: EvalResult) -> None:
-        cand_dir = tmp / "candidate"
-        cand_dir.mkdir()
-        cand_path = cand_dir / "candidate.py"
-        cand_path.write_text(source)
+    def _run(self, source: str, salt: int, res: EvalResult) -> None:
         budget = _Budget(self.timeout_s)
-        self.progress("starting workers")
-        ref = WorkerProcess("reference", self.mode, tmp / "reference")
-        cand = WorkerProcess("candidate", self.mode, cand_dir, max_file_bytes=self.spec.limits.max_file_mb << 20,
-                             max_memory_bytes=self.spec.limits.max_memory_mb << 20)
-        try:
-            common = {"op": "setup", "mode": self.mode, "problem_dir": str(self.spec.folder),
-                      "reference_source": self.reference_source, "interface": self.spec.interface.value}
-            ref.send({**common, "role": "reference", "baseline": self.spec.baseline.value,
-                      "baseline_source": self.baseline_source, "spec": self.spec.model_dump(mode="json")})
-            cand.send({**common, "role": "candidate", "candidate_path": str(cand_path),
-                       "forbidden_imports": list(self.spec.forbidden.imports)})
-            reply = self._ref(ref, None)
-            res.device = self._device_info(reply["device"])
-            self._candidate(ref, cand, budget, salt, res)
-        except WorkerTimeout as exc:
-            res.error, res.message = ErrorKind.timeout, f"the candidate ran past its {self.timeout_s:.0f} s limit ({exc})"
-            res.correct = False
-        except WorkerDied as exc:
-            res.error, res.message = ErrorKind.crash, f"the candidate's worker process died: {exc.how}"
-            res.correct = False
-        except ProtocolViolation as exc:
-            res.error, res.message = ErrorKind.crash, f"the candidate's worker broke the protocol: {exc}"
-            res.correct = False
-            res.flags = sorted({*res.flags, "protocol_violation"})
-        finally:
-            res.candidate_output = cand.output_tail()
-            cand.close()
-            ref.close()
+        refs, spares = self._pools()
+        exclusive = self.mode == "cuda" and not self.overlap
+        with self._gpu(exclusive, budget, res):
+            self.progress("starting workers")
+            held = list(refs.acquire())  # [reference worker, whether new]: `_begin` may replace it
+            healthy = False
+            spare = None
+            try:
+                spare, ahead = spares.take()
+                cand = spare.worker
+                cand_path = spare.folder / "candidate" / "candidate.py"
+                cand_path.write_text(source)
+                cand.send({"op": "setup", "mode": self.mode, "problem_dir": str(self.spec.folder),
+                           "reference_source": self.reference_source, "interface": self.spec.interface.value,
+                           "role": "candidate", "candidate_path": str(cand_path),
+                           "forbidden_imports": list(self.spec.forbidden.imports)})
+                device = self._begin(refs, held)
+                ref, new_ref = held
+                res.device = self._device_info(device)
+                res.perf = PerfStats(candidate_start="spare" if ahead else cand.started_by,
+                                     reference_start=ref.worker.started_by if new_ref else "warm",
+                                     reference_uses=ref.uses,
+                                     device_s=(spare.warm_reply or {}).get("device_s") if ahead else None,
+                                     waited_s=res.perf.waited_s if res.perf else 0.0)
+                self._candidate(ref.worker, cand, budget, salt, res)
+                healthy = True
+            except WorkerTimeout as exc:
+                res.error, res.message = ErrorKind.timeout, f"the candidate ran past its {self.timeout_s:.0f} s limit ({exc})"
+                res.correct = False
+                healthy = True
+            except WorkerDied as exc:
+                res.error, res.message = ErrorKind.crash, f"the candidate's worker process died: {exc.how}"
+                res.correct = False
+                healthy = True
+            except ProtocolViolation as exc:
+                res.error, res.message = ErrorKind.crash, f"the candidate's worker broke the protocol: {exc}"
+                res.correct = False
+                res.flags = sorted({*res.flags, "protocol_violation"})
+                healthy = True
+            finally:
+                if spare is not None:
+                    res.candidate_output = spare.worker.output_tail()
+                    spare.discard()
+                if held[0] is not None:
+                    refs.release(held[0], healthy)
 
-    def _ref(self, ref: WorkerProcess, message: dict[str, Any] | None) -> dict[str, Any]:
+    def _begin(self, refs: ReferencePool, held: list[Any]) -> dict[str, Any]:
+        """Start the evaluation on the reference worker `held` = [worker, whether new] (a new one's
+        setup answered first); the device it reports. A kept worker that died since its last
+        evaluation is replaced (in `held`) by a new one; a new one failing is the harness's failure."""
+        for attempt in range(2):
+            ref, new = held
+            try:
+                if new:
+                    ref.setup_reply = self._ref(ref.worker, None)
+                # short: a kept worker that a candidate stopped (SIGSTOP) is replaced, not waited for
+                return self._ref(ref.worker, {"op": "begin"}, BEGIN_TIMEOUT_S)["device"]
+            except HarnessError:
+                if new or attempt:
+                    raise
+            refs.release(ref, healthy=False)
+            held[:] = [None, True]
+            held[:] = list(refs.acquire(fresh=True))
+        raise AssertionError("unreachable")
+
+    @contextlib.contextmanager
+    def _gpu(self, hold: bool, budget: _Budget, res: EvalResult) -> Iterator[None]:
+        """Hold this process's GPU lock for the block if `hold` (the wait is not the candidate's time)."""
+        if not hold:
+            yield
+            return
+        lock = gpu_lock(self.mode)
+        t0 = time.monotonic()
+        if not lock.acquire(blocking=False):
+            self.progress("waiting for the GPU")
+            lock.acquire()
+        waited = time.monotonic() - t0
+        budget.extend(waited)
+        if res.perf is None:
+            res.perf = PerfStats()
+        res.perf.waited_s += waited
+        try:
+            yield
+        finally:
+            lock.release()
+
+    @contextlib.contextmanager
+    def _measuring(self, cand: WorkerProcess, budget: _Budget, res: EvalResult) -> Iterator[None]:
+        """The measuring phase (timing, profiling), under this process's `measure_lock` (no spare
+        creates a CUDA context meanwhile). With `overlap`, it takes the GPU lock here, the candidate
+        frozen while it waits; without, the whole evaluation already holds it in CUDA mode."""
+        if not self.overlap:
+            with self._measure_lock(budget):
+                yield
+            return
+        cand.freeze()
+        try:
+            with self._gpu(True, budget, res), self._measure_lock(budget):
+                cand.thaw()
+                yield
+        finally:
+            cand.thaw()
+
+    @contextlib.contextmanager
+    def _measure_lock(self, budget: _Budget) -> Iterator[None]:
+        lock = measure_lock(self.mode)
+        t0 = time.monotonic()
+        with lock:
+            budget.extend(time.monotonic() - t0)  # a spare's CUDA start is not the candidate's time
+            yield
+
+    def _part(self, stage: str) -> contextlib.AbstractContextManager:
+        clock = getattr(self._local, "clock", None)
+        return clock.part(stage) if clock is not None else contextlib.nullcontext()
+
+    def _ref(self, ref: WorkerProcess, message: dict[str, Any] | None,
+             timeout_s: float = REFERENCE_TIMEOUT_S) -> dict[str, Any]:
         """A request to the trusted worker; any failure there is the harness's, not the candidate's."""
         try:
-            reply = ref.request(message, REFERENCE_TIMEOUT_S) if message else ref.recv(REFERENCE_TIMEOUT_S)
+            reply = ref.request(message, timeout_s) if message else ref.recv(timeout_s)
         except (WorkerDied, WorkerTimeout, ProtocolViolation) as exc:
             raise HarnessError(f"reference worker failed: {exc}\n{ref.output_tail()}") from None
         if not reply.get("ok"):
@@ -262,35 +445,53 @@ class Evaluator:
     def _candidate(self, ref: WorkerProcess, cand: WorkerProcess, budget: _Budget, salt: int, res: EvalResult) -> None:
         spec = self.spec
         shapes = spec.shapes_for(self.mode)
-        param_seed = derive_seed(salt, "params")
+        plan = SeedPlan(salt, self._pool_key)
+        param_seed = plan.param_seed
         timing = spec.timing.model_dump() if self.mode == "cuda" else dict(CPU_TIMING)
-        # Every grading seed after a shape's first is written into the previous call's tensors.
+        # Grading seeds: pooled (their reference outputs may be cached) but one per shape, see
+        # `seeds`. Every grading seed after a shape's first is written into the previous call's tensors.
         cases = [{"id": f"g{si}.{k}", "kind": "grading", "shape": shape, "shape_index": si, "seed_index": k,
-                  "seed": derive_seed(salt, f"grading:{seed}"), "param_seed": param_seed, "in_place": k > 0}
-                 for si, shape in enumerate(shapes) for k, seed in enumerate(spec.seeds)]
+                  "seed": seed, "param_seed": param_seed, "in_place": k > 0, "cache": pooled}
+                 for si, shape in enumerate(shapes) for k, (seed, pooled) in enumerate(plan.grading(si, spec.seeds))]
         cases += [{"id": f"s{si}.{k}", "kind": "stress", "shape": shape, "shape_index": si, "seed_index": k,
-                   "seed": derive_seed(salt, f"stress:{k}"), "param_seed": param_seed, "stress": stress.model_dump()}
+                   "seed": plan.stress(k), "param_seed": param_seed, "stress": stress.model_dump()}
                   for si, shape in enumerate(shapes) for k, stress in enumerate(spec.stress)]
         # A fresh seed for every timed call (decode: every timed run of chained steps); the last
         # `input_sets` calls of a shape are checked (decode: the last run's first and last steps).
-        calls = {(si, r): [derive_seed(salt, f"timing:{si}:{r}:{i}")
-                           for i in range(timing["reps"] + (timing["warmup"] if r == 0 else min(2, timing["warmup"])))]
-                 for si in range(len(shapes)) for r in range(timing["rounds"])}
+        calls = _timed_calls(plan, len(shapes), timing)
         timed = [case for si, shape in enumerate(shapes)
                  for case in self._kept_cases(si, shape, calls[(si, timing["rounds"] - 1)], param_seed, timing, "t")]
         self.progress("reference outputs")
-        self._ref(ref, {"op": "reference_outputs", "cases": cases + [c for c in timed if not c.get("teacher_forced")]})
+        got = self._ref(ref, {"op": "reference_outputs",
+                              "cases": cases + [c for c in timed if not c.get("teacher_forced")]})
+        if res.perf is not None:
+            res.perf.reference_cache_hits = int(got.get("cache_hits") or 0)
+            res.perf.reference_computed = int(got.get("computed") or 0)
 
         self.progress("loading the candidate")
         flags: set[str] = set()
         reply = cand.recv(budget.left())
         flags.update(_str_list(reply.get("integrity")))
+        if res.perf is not None and isinstance(reply.get("import_s"), (int, float)):
+            res.perf.import_s = float(reply["import_s"])
         if not reply.get("ok"):
             self._fail(res, reply, flags)
             return
         res.compiled = True
 
         ops: set[str] = set()
+        if self.compile_pass:
+            self.progress("compiling")
+            warmups = [{"id": f"c{si}", "kind": "compile", "shape": shape, "shape_index": si, "seed_index": 0,
+                        "seed": plan.fresh(f"compile:{si}"), "param_seed": param_seed} for si, shape in enumerate(shapes)]
+            reply = cand.request({"op": "compile", "cases": warmups}, budget.left())
+            flags.update(_str_list(reply.get("integrity")))
+            flags.update(_str_list(reply.get("output_flags")))
+            ops.update(_str_list(reply.get("ops")))
+            if not reply.get("ok"):
+                self._fail(res, reply, flags, ops)
+                return
+
         for n, case in enumerate(cases, 1):
             self.progress(f"correctness {n}/{len(cases)} ({_fmt_shape(case['shape'])})")
             reply = cand.request({"op": "run", "case": case}, budget.left())
@@ -304,9 +505,10 @@ class Evaluator:
                 self._finish(res, flags, ops)
                 return
         res.correct = True
-        self._time(ref, cand, budget, shapes, calls, timed, timing, param_seed, salt, res, flags)
-        if res.correct and self.mode == "cuda" and self.profile:
-            self._profile(cand, budget, shapes, param_seed, salt, res, flags)
+        with self._measuring(cand, budget, res):
+            self._time(ref, cand, budget, shapes, calls, timed, timing, param_seed, salt, res, flags)
+            if res.correct and self.mode == "cuda" and self.profile:
+                self._profile(cand, budget, shapes, param_seed, salt, res, flags)
         self._finish(res, flags, ops)
 
     def _kept_cases(self, si: int, shape: dict[str, int], seeds: list[int], param_seed: int, timing: dict[str, int],
@@ -348,13 +550,16 @@ class Evaluator:
             sets = [c for c in timed if c["shape_index"] == si]
             base = {"op": "time", "shape": shape, "param_seed": param_seed, "keep": len(sets)}
             per = shape["steps"] if self.decode else 1  # timed calls per seed: a decode run's chained steps
+            cached, check, key = self._baseline_check(ref, base, shape, si, timing, salt, res)
             cand_ms: list[float] = []
             base_ms: list[float] = []
             walls: list[float] = []
             for r in range(timing["rounds"]):
                 seeds = calls[(si, r)]
                 req = {**base, "seeds": seeds, "warmup": len(seeds) - timing["reps"]}
-                base_ms += self._ref(ref, {**req, "keep": 0})["times_ms"]
+                if cached is None:  # interleaved with the candidate's rounds
+                    with self._part("baseline"):
+                        base_ms += self._ref(ref, {**req, "keep": 0})["times_ms"]
                 got = self._round(cand, budget, req, timing["reps"] * per, res, flags)
                 if got is None:
                     return
@@ -362,10 +567,14 @@ class Evaluator:
                 walls.append(got[1])
             if not self._check_kept(ref, cand, budget, sets, res, flags):
                 return
-            cand_s, base_s = Samples.of(cand_ms), Samples.of(base_ms)
+            cand_s = Samples.of(cand_ms)
+            base_s = cached if cached is not None else Samples.of(base_ms)
+            if cached is None and key is not None:
+                baselines.BASELINES.put(key, base_s)
             flops, nbytes = self.spec.flops_of(shape), self.spec.bytes_of(shape)
             st = ShapeTiming(shape=shape, candidate=cand_s, baseline=base_s, speedup=base_s.median_ms / cand_s.median_ms,
-                             flops=flops, bytes=nbytes, arithmetic_intensity=flops / nbytes)
+                             flops=flops, bytes=nbytes, arithmetic_intensity=flops / nbytes,
+                             baseline_cached=cached is not None, baseline_check_ms=check.median_ms if check else None)
             if self.mode == "cuda":
                 confirm = _Confirm(ref, base, timing, salt, si, per,
                                    lambda seeds, tag: self._kept_cases(si, shape, seeds, param_seed, timing, tag))
@@ -384,6 +593,29 @@ class Evaluator:
             res.speedup = geomean([t.speedup for t in timings])
             if all(t.peak_fraction is not None for t in timings):
                 res.peak_fraction = geomean([t.peak_fraction for t in timings])
+
+    def _baseline_check(self, ref: WorkerProcess, base: dict[str, Any], shape: dict[str, int], si: int,
+                        timing: dict[str, int], salt: int, res: EvalResult
+                        ) -> tuple[Samples | None, Samples | None, str | None]:
+        """The cached baseline of this shape if one is kept and a short check batch confirms it
+        (see `baseline`): (cached samples or None, the check's samples, the cache key). A cold
+        evaluator keeps none, and neither does CPU mode (its times are not meaningful, and a check
+        batch would cost as much as the measurement it replaces)."""
+        if not self.warm or self.mode != "cuda":
+            return None, None, None
+        key = baselines.baseline_key(res.device, self.spec.name, [self.reference_source, self.baseline_source],
+                                     self.spec.baseline.value, shape, timing)
+        cached = baselines.BASELINES.get(key)
+        if cached is None:
+            return None, None, key
+        n = min(timing["reps"], baselines.CHECK_CALLS)
+        seeds = [derive_seed(salt, f"timing:{si}:baseline:{i}") for i in range(timing["warmup"] + n)]
+        with self._part("baseline"):
+            check = Samples.of(self._ref(ref, {**base, "keep": 0, "seeds": seeds, "warmup": timing["warmup"]})["times_ms"])
+        if baselines.within_drift(check, cached):
+            return cached, check, key
+        baselines.BASELINES.drop(key)
+        return None, check, key
 
     def _round(self, cand: WorkerProcess, budget: _Budget, req: dict[str, Any], reps: int, res: EvalResult,
                flags: set[str]) -> tuple[list[float], float] | None:
@@ -540,7 +772,23 @@ class Evaluator:
 def evaluate(spec: ProblemSpec, source: str, mode: str = "cpu", salt: int | None = None,
              timeout_s: float | None = None) -> EvalResult:
     """Evaluate one candidate source for `spec` (see `Evaluator`)."""
-    return Evaluator(spec, mode, timeout_s).evaluate(source, salt)
+    with Evaluator(spec, mode, timeout_s) as ev:
+        return ev.evaluate(source, salt)
+
+
+def _close_pools(refs: ReferencePool | None, spares: CandidateSpares | None) -> None:
+    if spares is not None:
+        spares.close()
+    if refs is not None:
+        refs.close()
+
+
+def _timed_calls(plan: SeedPlan, n_shapes: int, timing: dict[str, int]) -> dict[tuple[int, int], list[int]]:
+    """The seeds of each timed round: (shape index, round) -> one fresh seed per call, the warm-up
+    calls first (the first round's full warm-up, later rounds' two)."""
+    return {(si, r): [plan.fresh(f"timing:{si}:{r}:{i}")
+                      for i in range(timing["reps"] + (timing["warmup"] if r == 0 else min(2, timing["warmup"])))]
+            for si in range(n_shapes) for r in range(timing["rounds"])}
 
 
 def _finite(x: float | None) -> float | None:

@@ -104,6 +104,9 @@ class ShapeTiming(_Model):
     regime: str | None = Field(default=None, description="'memory-bound' or 'compute-bound' on this GPU")
     peak_fraction: float | None = Field(default=None, description="roofline time over measured time")
     wall_check_ms: float | None = Field(default=None, description="harness wall clock per call, for the timer check")
+    baseline_cached: bool = Field(default=False, description="the baseline is this process's kept measurement, "
+                                                             "confirmed by a check batch (else timed interleaved)")
+    baseline_check_ms: float | None = Field(default=None, description="median of this evaluation's baseline check batch")
     kernels: KernelReport | None = Field(default=None, description="what one profiled call launched (CUDA mode)")
 
 
@@ -112,6 +115,7 @@ class DeviceInfo(_Model):
     name: str
     hardware_key: str | None = Field(default=None, description="row of the hardware table used for ceilings")
     capability: str | None = None
+    uuid: str | None = None
     sm_count: int | None = None
     l2_bytes: int | None = None
     driver: str | None = None
@@ -120,6 +124,21 @@ class DeviceInfo(_Model):
     torch: str
     triton: str | None = None
     python: str
+
+
+class PerfStats(_Model):
+    """How an evaluation's workers started and what the warm caches saved it."""
+
+    candidate_start: str | None = Field(default=None, description="'spare' (started ahead), 'server' (forked from "
+                                                                   "the warm server) or 'spawn' (a fresh interpreter)")
+    reference_start: str | None = Field(default=None, description="'warm' (kept from an earlier evaluation), "
+                                                                   "'server' or 'spawn'")
+    reference_uses: int = Field(default=0, description="evaluations the reference worker served before this one")
+    import_s: float | None = Field(default=None, description="the candidate worker's own imports (0 when forked)")
+    device_s: float | None = Field(default=None, description="CUDA initialization of a spare, done ahead")
+    reference_cache_hits: int = 0
+    reference_computed: int = 0
+    waited_s: float = Field(default=0.0, description="waiting for this process's GPU lock")
 
 
 class EvalResult(_Model):
@@ -149,8 +168,10 @@ class EvalResult(_Model):
     device: DeviceInfo | None = None
     candidate_output: str = Field(default="", description="tail of what the candidate printed")
     wall_s: float = 0.0
-    stage_s: dict[str, float] = Field(default_factory=dict, description="wall seconds per stage: starting "
-                                      "(workers up, the reference set up), reference, loading, correctness, timing, profiling")
+    stage_s: dict[str, float] = Field(default_factory=dict, description="wall seconds per stage: waiting (for the "
+                                      "GPU lock), starting (workers up, the reference set up), reference, loading, "
+                                      "compiling, correctness, timing, baseline, profiling")
+    perf: PerfStats | None = Field(default=None, description="worker starts and cache use")
 
     @property
     def own_kernel_share(self) -> float | None:

@@ -5,6 +5,7 @@ the model class, and it imports nothing the problem forbids (``import x``, ``fro
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass, field
 
 MAX_SOURCE_BYTES = 1 << 20
@@ -56,6 +57,11 @@ def _defines_model(tree: ast.Module) -> bool:
     return False
 
 
+# CPython 3.11's AST builder keeps its recursion depth in shared state: two threads parsing at once
+# (evaluations running in parallel) raised "SystemError: AST constructor recursion depth mismatch".
+_PARSE_LOCK = threading.Lock()
+
+
 def check_source(source: str, forbidden_imports: list[str]) -> StaticReport:
     if not isinstance(source, str):
         return StaticReport(error=f"the action must be Python source text, got {type(source).__name__}")
@@ -64,7 +70,8 @@ def check_source(source: str, forbidden_imports: list[str]) -> StaticReport:
     if not source.strip():
         return StaticReport(error="the source is empty")
     try:
-        tree = ast.parse(source.removeprefix("\ufeff"), filename="candidate.py")  # a UTF-8 BOM is legal Python
+        with _PARSE_LOCK:
+            tree = ast.parse(source.removeprefix("\ufeff"), filename="candidate.py")  # a UTF-8 BOM is legal Python
     except SyntaxError as exc:
         where = f"line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "")
         text = f"\n    {exc.text.rstrip()}" if exc.text else ""

@@ -54,7 +54,11 @@ class LocalPool:
         return [self._info]
 
     def close(self) -> None:
-        pass
+        """End the evaluators' warm workers."""
+        with self._lock:
+            evaluators, self._evaluators = list(self._evaluators.values()), {}
+        for ev in evaluators:
+            ev.close()
 
     def __enter__(self) -> "LocalPool":
         return self

@@ -38,6 +38,16 @@ _PR_SET_CHILD_SUBREAPER = 36
 _subreaper: bool | None = None
 
 
+def _forget_in_child() -> None:
+    """The subreaper attribute is not inherited across fork: a forked copy of this process asks again."""
+    global _subreaper
+    _subreaper = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def become_subreaper() -> bool:
     """Make this process a child subreaper (Linux only, once per process): orphaned descendants
     are reparented to it instead of init. False where it is not possible; never raises.
@@ -189,6 +199,33 @@ def kill_tree(pid: int) -> set[int]:
             break
     _signal(stopped, signal.SIGKILL)
     return stopped
+
+
+def signal_tree(pid: int, sig: int, also: Iterable[int] = ()) -> set[int]:
+    """Send `sig` to `pid`, every process below it (pass by pass, until no new one appears) and
+    `also`; returns the pids signalled. With SIGSTOP: the whole tree frozen."""
+    done: set[int] = set()
+    new = {pid} | set(also)
+    for _ in range(20):
+        _signal(new, sig)
+        done |= new
+        if not (new := descendants(pid) - done):
+            break
+    return done
+
+
+def wait_stopped(pids: Iterable[int], timeout: float = 1.0) -> bool:
+    """Wait (up to `timeout` s) until every process in `pids` is stopped or gone; whether they are."""
+    deadline = time.monotonic() + timeout
+    pending = set(pids)
+    while pending:
+        pending = {p for p in pending if (st := stat_of(p)) is not None and not st.ended and st.state not in ("T", "t")}
+        if not pending:
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def kill_marked(token: str, pgid: int, exclude: Iterable[int] = ()) -> set[int]:

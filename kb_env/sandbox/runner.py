@@ -4,10 +4,16 @@ requests with a deadline, and kill it (and anything it started) when done or ove
 The worker's stdout and stderr go to a log file that is shown to the agent as the candidate's
 output; results only ever arrive over the channel.
 
+A worker is forked from the warm worker server (`server`, `zygote`) where one runs here (it is
+then this process's child, as a spawned one is), else spawned (``python -m kb_env.sandbox.worker``):
+`start="spawn"` forces the latter. Either way it gets the same environment, working directory,
+session, limits and channel.
+
 Resources: an optional watchdog (`memwatch`) kills the worker when it and its children hold
 more resident memory than allowed. When a worker ends, every process it started is killed and
 reaped (`reaper`): its descendant tree, its process group, and the orphans marked with its
-token that were reparented to this process (a child subreaper)."""
+token that were reparented to this process (a child subreaper). `freeze` stops a worker and
+everything it started (SIGSTOP) and `thaw` lets them go on."""
 
 from __future__ import annotations
 
@@ -18,13 +24,14 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import kb_env
 
 from . import reaper
+from . import server as warm
 from .memwatch import MemoryWatch
-from .protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError
+from .protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError, widen_pipe
 
 _PASS_ENV_PREFIXES = ("CUDA_", "NVIDIA_", "TRITON_", "TORCH_", "LC_", "OMP_", "MKL_", "OPENBLAS_", "RAY_")
 _PASS_ENV = {"PATH", "HOME", "LANG", "USER", "LOGNAME", "TMPDIR", "PYTHONPATH", "LD_LIBRARY_PATH",
@@ -48,15 +55,14 @@ class WorkerTimeout(TimeoutError):
     """The worker did not answer before the deadline; it has been killed."""
 
 
-def worker_env(mode: str, workdir: Path) -> dict[str, str]:
-    """The environment a worker starts with: an allow-list (no API keys or other secrets),
-    the package importable, and in CPU mode Triton's interpreter on and no GPU visible."""
+def base_env(mode: str) -> dict[str, str]:
+    """What every worker's environment holds whatever its working directory: an allow-list (no API
+    keys or other secrets), the package importable, and in CPU mode Triton's interpreter on and no
+    GPU visible."""
     env = {k: v for k, v in os.environ.items() if k in _PASS_ENV or k.startswith(_PASS_ENV_PREFIXES)}
     package_parent = str(Path(kb_env.__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    env["TRITON_CACHE_DIR"] = str(workdir / "triton_cache")
-    env["TORCH_EXTENSIONS_DIR"] = str(workdir / "torch_extensions")
     if mode == "cpu":
         env["TRITON_INTERPRET"] = "1"
         env["CUDA_VISIBLE_DEVICES"] = ""
@@ -65,17 +71,65 @@ def worker_env(mode: str, workdir: Path) -> dict[str, str]:
     return env
 
 
+def worker_env(mode: str, workdir: Path) -> dict[str, str]:
+    """`base_env` with every compiler cache a worker writes inside its own `workdir` (Triton's, torch
+    extensions', Inductor's, the CUDA driver's JIT cache) and its temporary files there too: caches
+    are never shared between workers, so no candidate can plant a compiled kernel for another."""
+    env = base_env(mode)
+    env["TRITON_CACHE_DIR"] = str(workdir / "triton_cache")
+    env["TORCH_EXTENSIONS_DIR"] = str(workdir / "torch_extensions")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(workdir / "inductor_cache")
+    env["CUDA_CACHE_PATH"] = str(workdir / "cuda_cache")
+    env["TMPDIR"] = str(workdir / "tmp")
+    (workdir / "tmp").mkdir(parents=True, exist_ok=True)
+    return env
+
+
+class ForkedProcess:
+    """A worker forked by the warm server and reparented to this process: the part of
+    `subprocess.Popen`'s interface the runner uses (pid, returncode, poll, wait)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped elsewhere: as Popen does, call it 0
+                self.returncode = 0
+                return 0
+            if pid == self.pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        pause = 0.001
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        return self.returncode
+
+
 class WorkerProcess:
-    """A spawned `kb_env.sandbox.worker` (or another worker `module` with the same command line:
-    READ_FD WRITE_FD MAX_FILE_BYTES PARENT_PID) with a pipe pair only it and the harness hold.
+    """A `kb_env.sandbox.worker` (or another worker `module` with the same command line: READ_FD
+    WRITE_FD MAX_FILE_BYTES PARENT_PID) with a pipe pair only it and the harness hold, forked from
+    the warm server or spawned (`start`: "auto" tries the server first, for the default module
+    only; `started_by` says which).
 
     `max_file_bytes` bounds each file it writes; `max_memory_bytes` the resident memory of it
     and its children together (a watchdog kills it past that, and `WorkerDied` says so). Its
     environment carries a random token (`reaper.TOKEN_VAR`) that marks the processes it starts."""
 
     def __init__(self, role: str, mode: str, workdir: Path, max_file_bytes: int | None = None,
-                 max_memory_bytes: int | None = None, module: str = "kb_env.sandbox.worker"):
+                 max_memory_bytes: int | None = None, start: Literal["auto", "spawn"] = "auto",
+                 module: str = "kb_env.sandbox.worker"):
         self.role = role
+        self.mode = mode
         workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / f"{role}.log"
         reaper.become_subreaper()  # orphans of what the worker starts come back here, to be killed
@@ -85,14 +139,21 @@ class WorkerProcess:
             env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
+        for fd in (to_child_w, from_child_w):
+            widen_pipe(fd)
+        self.proc: subprocess.Popen | ForkedProcess | None = None
+        self.started_by = "spawn"
         with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", module, str(to_child_r), str(from_child_w),
-                 str(max_file_bytes or 0), str(os.getpid())],
-                pass_fds=(to_child_r, from_child_w),
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                cwd=workdir, env=env, start_new_session=True,
-            )
+            if start == "auto" and module == "kb_env.sandbox.worker":  # the server forks only this worker
+                self.proc = self._fork(mode, (to_child_r, from_child_w, log.fileno()), workdir, env, max_file_bytes)
+            if self.proc is None:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-m", module, str(to_child_r), str(from_child_w),
+                     str(max_file_bytes or 0), str(os.getpid())],
+                    pass_fds=(to_child_r, from_child_w),
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                    cwd=workdir, env=env, start_new_session=True,
+                )
         os.close(to_child_r)
         os.close(from_child_w)
         self.channel = Channel(from_child_r, to_child_w)
@@ -102,6 +163,30 @@ class WorkerProcess:
         self._watch = (MemoryWatch(self.proc.pid, max_memory_bytes, self._over_memory, self._kill_all,
                                    is_done=lambda: self.proc.returncode is not None)
                        if max_memory_bytes else None)
+
+    def _fork(self, mode: str, fds: tuple[int, int, int], workdir: Path, env: dict[str, str],
+              max_file_bytes: int | None) -> ForkedProcess | None:
+        """The worker forked by this mode's warm server, or None (no server here, or it failed
+        twice: a fresh one is tried once)."""
+        for _ in range(2):
+            try:
+                server = warm.server_for(mode, base_env(mode) | {reaper.TOKEN_VAR: warm.TOKEN_PLACEHOLDER})
+            except warm.ServerUnavailable:
+                return None
+            try:
+                pid = server.fork(fds, workdir, env, max_file_bytes or 0)
+            except warm.ServerUnavailable as exc:
+                warm.drop(server, str(exc))
+                continue
+            st = reaper.stat_of(pid)
+            if st is None or st.ppid != os.getpid():  # not (or no longer) ours: kill what is there
+                if st is not None and not st.ended:
+                    reaper.reap(reaper.kill_tree(pid))
+                warm.drop(server, f"forked worker {pid} is not this process's child")
+                continue
+            self.started_by = "server"
+            return ForkedProcess(pid)
+        return None
 
     # ----- requests ------------------------------------------------------------------
     def send(self, message: dict[str, Any]) -> None:
@@ -169,6 +254,21 @@ class WorkerProcess:
                 name = f"signal {-code}"
             return f"killed by {name}"
         return f"exited with status {code} before answering"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def freeze(self) -> None:
+        """Stop the worker and every process below it (SIGSTOP): it runs nothing until `thaw`."""
+        if self.proc.poll() is None:
+            self._frozen = reaper.signal_tree(self.proc.pid, signal.SIGSTOP)
+            reaper.wait_stopped(self._frozen)
+
+    def thaw(self) -> None:
+        """Let a frozen worker and its processes go on (SIGCONT)."""
+        frozen, self._frozen = getattr(self, "_frozen", set()), set()
+        if frozen and self.proc.poll() is None:
+            reaper.signal_tree(self.proc.pid, signal.SIGCONT, also=frozen)
 
     def kill(self) -> None:
         """Kill the worker and everything it started: its descendant tree, its process group (it

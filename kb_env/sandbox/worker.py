@@ -8,31 +8,61 @@ fixes its role for life:
 - ``candidate`` imports the candidate's file, runs it on the cases it is sent (recording
   which ATen operators ran), and times it.
 
+A worker is spawned (``main``) or forked from the warm server (`zygote`, which calls `serve`)
+before any CUDA context exists; a candidate worker may be started ahead of its candidate and get
+its device ready (``warm``) while no candidate code exists in it. The reference worker may serve
+many evaluations of one problem: ``begin`` starts each, it keeps its models (`ModelCache`) and the
+reference outputs of the cases the harness marks cacheable (`OutputCache`).
+
 The integrity snapshot is taken when this module loads, before any candidate code exists.
 """
 
 from __future__ import annotations
 
-import resource
-import sys
-import threading
-import traceback
-from pathlib import Path
-from typing import Any
+import time
 
-import torch
+_IMPORT_T0 = time.monotonic()
 
-from . import decode, kprofile, l2guard, timing  # bind what they call now, before any candidate code exists
-from .cases import (as_output_list, describe_output_problem, init_inputs, make_inputs, make_reference_model,
-                    rewrite_in_place)
-from .importguard import ImportGuard
-from .integrity import Snapshot
-from .oprecord import OpRecorder
-from .protocol import Channel, ChannelClosed
-from .reaper import become_subreaper, die_with_parent, kill_children
+import os  # noqa: E402
+import resource  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+import torch  # noqa: E402
+
+from . import decode, kprofile, l2guard, timing  # noqa: E402  (bind what they call now, before any candidate code)
+from .cases import (as_output_list, describe_output_problem, init_inputs, make_inputs,  # noqa: E402
+                    make_reference_model, rewrite_in_place)
+from .importguard import ImportGuard  # noqa: E402
+from .integrity import Snapshot  # noqa: E402
+from .oprecord import OpRecorder  # noqa: E402
+from .protocol import Channel, ChannelClosed  # noqa: E402
+from .reaper import become_subreaper, die_with_parent, kill_children  # noqa: E402
+from .wcache import ModelCache, OutputCache, case_key, tensor_bytes  # noqa: E402
 
 _SNAPSHOT = Snapshot()  # what the harness relies on, as it is before the candidate is imported
 _GUARD: ImportGuard | None = None  # installed just before the candidate is imported
+
+
+def _process_age_s() -> float | None:
+    """Seconds since this process started (Linux, 10 ms resolution), or None."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+# What starting the interpreter and importing took, in a spawned worker (a worker forked from the
+# server reports 0: the server imported everything once, before any worker existed).
+_IMPORT_S = _process_age_s() or (time.monotonic() - _IMPORT_T0)
+_device_ready: str | None = None  # the mode whose device this worker has set up
 
 _MAX_TRACE_LINES = 40
 _enumerate_threads = threading.enumerate
@@ -86,23 +116,37 @@ def _shape_key(shape: dict[str, int], param_seed: int, decode: bool = False) -> 
     return tuple(sorted((k, v) for k, v in shape.items() if not (decode and k in _INPUT_ONLY))), param_seed
 
 
+def init_device(mode: str) -> None:
+    """Get this worker's device ready (once): in CUDA mode a context now, and no persisting-L2
+    set-aside (the driver's default has one)."""
+    global _device_ready
+    if _device_ready == mode:
+        return
+    if mode == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA mode was asked for but this worker sees no CUDA device")
+        torch.zeros(1, device="cuda")
+        l2guard.reset(torch.cuda.current_stream().cuda_stream)
+    _device_ready = mode
+
+
 class _Role:
+    # Models kept at once: a candidate worker keeps one (one evaluation, one shape at a time);
+    # the reference worker keeps a few (it serves many evaluations), bounded by their bytes.
+    max_model_bytes = 0
+
     def __init__(self, msg: dict[str, Any]):
         from ..problem import import_source
 
         self.mode: str = msg["mode"]
         self.device = "cuda" if self.mode == "cuda" else "cpu"
-        if self.mode == "cuda" and not torch.cuda.is_available():
-            raise RuntimeError("CUDA mode was asked for but this worker sees no CUDA device")
-        if self.mode == "cuda":  # a context now, and no persisting-L2 set-aside (the driver's default has one)
-            torch.zeros(1, device="cuda")
-            l2guard.reset(torch.cuda.current_stream().cuda_stream)
+        init_device(self.mode)
         self.problem_dir = Path(msg["problem_dir"])
         self.decode = msg.get("interface", "forward") == "decode"
         # a decode problem's weights (a whole model block) are drawn on the device, in both workers alike
         self.weights_device = self.device if self.decode else "cpu"
         self.reference = import_source(msg["reference_source"], "kb_reference", str(self.problem_dir / "reference.py"))
-        self._models: dict[tuple, torch.nn.Module] = {}
+        self._models = ModelCache(self.max_model_bytes)
         self._kept: list[Any] = []  # outputs of the last timed calls, until fetched
         self._last_inputs: list[Any] = []  # the previous correctness call's inputs (in-place cases)
 
@@ -110,11 +154,8 @@ class _Role:
         raise NotImplementedError
 
     def model(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
-        key = _shape_key(shape, param_seed, self.decode)
-        if key not in self._models:
-            self._models.clear()  # one shape at a time keeps device memory bounded
-            self._models[key] = self.build(shape, param_seed)
-        return self._models[key]
+        key = ("timed", _shape_key(shape, param_seed, self.decode))
+        return self._models.get(key, lambda: self.build(shape, param_seed))
 
     def inputs(self, shape: dict[str, int], seed: int, stress: dict[str, Any] | None = None) -> list[Any]:
         return make_inputs(self.reference, shape, seed, self.device, stress)
@@ -167,7 +208,11 @@ class _Role:
 
 
 class ReferenceRole(_Role):
-    """Trusted: reference outputs, the checker, the baseline timing."""
+    """Trusted: reference outputs, the checker, the baseline timing. It may serve many evaluations
+    of its problem (``begin`` starts each): it keeps its models, and the reference outputs of cases
+    marked ``cache`` (the harness's pooled grading seeds) up to `cache_bytes`."""
+
+    max_model_bytes = 2 << 30
 
     def __init__(self, msg: dict[str, Any]):
         super().__init__(msg)
@@ -177,7 +222,20 @@ class ReferenceRole(_Role):
         self.baseline_kind = msg["baseline"]
         self.baseline_module = (import_source(msg["baseline_source"], "kb_baseline", str(self.problem_dir / "baseline.py"))
                                 if self.baseline_kind == "baseline.py" else None)
-        self.expected: dict[str, list[torch.Tensor]] = {}
+        self.expected: dict[str, Any] = {}
+        self.cache = OutputCache(int(msg.get("cache_bytes") or 0))
+        self._smi: tuple[float, dict[str, Any]] | None = None
+
+    def begin(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """A new evaluation: forget the last one's cases and kept state; the device as it is now."""
+        self.end(msg)
+        return {"ok": True, "device": self.device_info()}
+
+    def end(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """An evaluation is over: free its cases' outputs (the cache keeps the pooled ones)."""
+        self.expected.clear()
+        self._kept, self._last_inputs = [], []
+        return {"ok": True}
 
     def build(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
         ref = make_reference_model(self.reference, shape, param_seed, self.weights_device)
@@ -192,33 +250,40 @@ class ReferenceRole(_Role):
         return ref
 
     def _oracle(self, shape: dict[str, int], param_seed: int) -> torch.nn.Module:
-        """The eager reference model (never the baseline), kept while cases of one shape follow."""
-        key = ("oracle", *_shape_key(shape, param_seed, self.decode))
-        if getattr(self, "_oracle_key", None) != key:
-            self._oracle_model = None  # one model at a time: a decode block is a gigabyte
-            self._oracle_model = make_reference_model(self.reference, shape, param_seed,
-                                                      self.weights_device).to(self.device).eval()
-            self._oracle_key = key
-        return self._oracle_model
+        """The eager reference model (never the baseline), kept (`ModelCache`) across cases and
+        evaluations: weights drawn under `param_seed` on the CPU (forward problems) or the device
+        (decode), as in the candidate's worker."""
+        key = ("oracle", _shape_key(shape, param_seed, self.decode))
+        return self._models.get(key, lambda: make_reference_model(self.reference, shape, param_seed,
+                                                                  self.weights_device).to(self.device).eval())
 
     def reference_outputs(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Compute and keep the reference outputs of each case (eager reference, not the baseline).
-        A decode case keeps its fed inputs by name too (the checker compares what a step changed)."""
-        for case in msg["cases"]:
-            shape = case["shape"]
-            ref = self._oracle(shape, case["param_seed"]) if self.decode else \
-                make_reference_model(self.reference, shape, case["param_seed"]).to(self.device).eval()
-            inputs = self.inputs(shape, case["seed"], case.get("stress"))
+        A decode case keeps its fed inputs by name too (the checker compares what a step changed).
+        A case marked ``cache`` is looked up in, or added to, the output cache (by shape, seed,
+        parameter seed and stress: what its outputs depend on). Cases are computed shape by shape."""
+        hits = 0
+        cases = sorted(msg["cases"], key=lambda c: repr(_shape_key(c["shape"], c["param_seed"], self.decode)))
+        for case in cases:
+            key = case_key(case) if case.get("cache") else None
+            if key is not None and (hit := self.cache.get(key)) is not None:
+                self.expected[case["id"]] = hit
+                hits += 1
+                continue
+            ref = self._oracle(case["shape"], case["param_seed"])
+            inputs = self.inputs(case["shape"], case["seed"], case.get("stress"))
             with torch.no_grad():
                 if self.decode:
                     _, fed = decode.flatten(inputs[0], inputs[1])
                     names, out = decode.flatten_step(ref.step(*inputs))
-                    self.expected[case["id"]] = {"names": names, "outputs": [o.detach() for o in out], "fed": fed}
+                    value: Any = {"names": names, "outputs": [o.detach() for o in out], "fed": fed}
                 else:
-                    out = as_output_list(ref(*inputs))
-                    self.expected[case["id"]] = [o.detach() for o in out]
-            del ref
-        return {"ok": True}
+                    value = [o.detach() for o in as_output_list(ref(*inputs))]
+            self.expected[case["id"]] = value
+            if key is not None:
+                self.cache.put(key, value, tensor_bytes(value))
+            del inputs
+        return {"ok": True, "cache_hits": hits, "computed": len(cases) - hits}
 
     def reference_step(self, msg: dict[str, Any]) -> dict[str, Any]:
         """Decode, teacher-forced: keep the reference step from a fed state given by name (the state
@@ -265,9 +330,12 @@ class ReferenceRole(_Role):
             info["triton"] = None
         if self.mode == "cuda":
             props = torch.cuda.get_device_properties(0)
-            info.update(name=props.name, capability=f"{props.major}.{props.minor}",
+            uuid = str(props.uuid) if getattr(props, "uuid", None) else None
+            info.update(name=props.name, capability=f"{props.major}.{props.minor}", uuid=uuid,
                         sm_count=props.multi_processor_count, l2_bytes=getattr(props, "L2_cache_size", None))
-            info.update(_nvidia_smi(f"GPU-{props.uuid}" if getattr(props, "uuid", None) else "0"))
+            if self._smi is None or time.monotonic() - self._smi[0] > _SMI_FRESH_S:  # clocks, read at most so often
+                self._smi = (time.monotonic(), _nvidia_smi(f"GPU-{uuid}" if uuid else "0"))
+            info.update(self._smi[1])
         else:
             info["name"] = platform.processor() or platform.machine() or "cpu"
         return info
@@ -315,6 +383,21 @@ class CandidateRole(_Role):
         if self.decode and not callable(getattr(model, "step", None)):
             raise TypeError(f"{self.cls.__name__} has no step(hidden, state) method (this is a decode problem)")
         return model.to(self.device).eval()
+
+    def compile(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """The first call of each shape, on fresh inputs whose outputs are not graded (only that they
+        can be: a tensor of the right device): where Triton kernels compile and extensions load, so
+        that correctness and timing run warm. Its operators and flags count like any call's."""
+        ops: set[str] = set()
+        flags: list[str] = []
+        for case in msg["cases"]:
+            reply = self.run({"case": case})
+            ops.update(reply.get("ops", []))
+            flags += reply.get("output_flags", [])
+            if not reply["ok"]:
+                return {**reply, "ops": sorted(ops), "output_flags": flags}
+        self._last_inputs = []
+        return {"ok": True, "ops": sorted(ops), "output_flags": flags}
 
     def run(self, msg: dict[str, Any]) -> dict[str, Any]:
         """One correctness call. A case marked `in_place` gets its inputs written into the previous
@@ -380,7 +463,12 @@ def _nvidia_smi(device: str) -> dict[str, Any]:
         return {}
 
 
-def _serve(channel: Channel) -> int:
+_SMI_FRESH_S = 10.0
+_REFERENCE_OPS = {"begin", "end", "time", "reference_outputs", "reference_step", "check"}
+_CANDIDATE_OPS = {"compile", "run", "time", "outputs", "profile"}
+
+
+def _serve(channel: Channel, forked: bool) -> int:
     role: _Role | None = None
     while True:
         try:
@@ -392,16 +480,21 @@ def _serve(channel: Channel) -> int:
             if op == "exit":
                 channel.send({"ok": True})
                 return 0
-            if op == "setup":
+            if op == "warm" and role is None:  # a spare candidate worker: the device, no candidate yet
+                t0 = time.monotonic()
+                init_device(msg["mode"])
+                reply = {"ok": True, "device_s": time.monotonic() - t0}
+            elif op == "setup" and role is None:
+                t0 = time.monotonic()
                 role = ReferenceRole(msg) if msg["role"] == "reference" else CandidateRole(msg)
-                reply = {"ok": True}
+                reply = {"ok": True, "import_s": 0.0 if forked else _IMPORT_S, "setup_s": time.monotonic() - t0}
                 if isinstance(role, ReferenceRole):
                     reply["device"] = role.device_info()
             elif role is None:
                 reply = {"ok": False, "error": "runtime_error", "message": f"{op!r} before setup"}
             else:
-                handler = getattr(role, op, None) if op in {"run", "time", "outputs", "profile", "reference_outputs",
-                                                            "reference_step", "check"} else None
+                allowed = _REFERENCE_OPS if isinstance(role, ReferenceRole) else _CANDIDATE_OPS
+                handler = getattr(role, op, None) if op in allowed else None
                 if handler is None:
                     reply = {"ok": False, "error": "runtime_error", "message": f"unknown request {op!r}"}
                 else:
@@ -417,16 +510,21 @@ def _serve(channel: Channel) -> int:
         channel.send(reply)
 
 
-def main(argv: list[str]) -> int:
-    """argv: READ_FD WRITE_FD [MAX_FILE_BYTES (0: no limit) [PARENT_PID]]."""
-    die_with_parent(int(argv[4]) if len(argv) > 4 else 0)  # the harness gone, this worker goes too
+def serve(read_fd: int, write_fd: int, max_file: int = 0, parent_pid: int = 0, forked: bool = False) -> int:
+    """The worker loop on its channel; `max_file` bounds each file it writes (0: no limit), and it
+    dies with `parent_pid` (the harness)."""
+    die_with_parent(parent_pid)  # the harness gone, this worker goes too
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfaulting candidate leaves no core file
     become_subreaper()  # a candidate's double-forked daemon stays below this worker, to be found
-    max_file = int(argv[3]) if len(argv) > 3 else 0
     if max_file > 0:  # bounds the captured stdout too; Python turns the signal into OSError EFBIG
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_file, max_file))
-    channel = Channel(int(argv[1]), int(argv[2]))
-    return _serve(channel)
+    return _serve(Channel(read_fd, write_fd), forked)
+
+
+def main(argv: list[str]) -> int:
+    """argv: READ_FD WRITE_FD [MAX_FILE_BYTES (0: no limit) [PARENT_PID]]."""
+    return serve(int(argv[1]), int(argv[2]), int(argv[3]) if len(argv) > 3 else 0,
+                 int(argv[4]) if len(argv) > 4 else 0)
 
 
 if __name__ == "__main__":
