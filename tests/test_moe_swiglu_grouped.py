@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from test_problem_formulas import measure
+from test_problem_formulas import measure_work
 
 from kb_env import get_problem
 from kb_env.evaluate.correctness import compare_outputs
@@ -33,7 +33,7 @@ def test_routing_is_ragged_with_an_empty_expert(shape):
 def test_flops_count_every_routed_row():
     shape = SPEC.shapes.cpu[0]
     T, K, H, I = shape["T"], shape["K"], shape["H"], shape["I"]
-    work = measure("moe_swiglu_grouped", tuple(shape.items()), False).work
+    work = measure_work("moe_swiglu_grouped", tuple(shape.items()), False)
     assert work.matmul == 2 * 2 * (T * K) * H * I  # two products over all T*K routed rows
     assert SPEC.flops_of(shape) == work.flops and SPEC.flops_of(shape) > K / 2 * 4 * T * H * I
 
