@@ -17,7 +17,7 @@ from enum import Enum
 from functools import lru_cache
 from pathlib import Path
 from types import ModuleType
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -190,10 +190,27 @@ class ProblemSpec(_Strict):
         default_factory=list,
         description="extra correctness cases per shape: transformed inputs (scaled up or down, heavy-tailed), "
                     "which catch kernels fitted to one input distribution")
+    scale_degree: int | None = Field(
+        default=None, ge=1, le=4,
+        description="the reference is homogeneous of this degree in its inputs: scaling every floating input by "
+                    "s scales every output by s**degree (a cumulative sum 1, a product of two inputs 2). A stress "
+                    "case scaled up then gets its atol scaled the same way, so a near-zero output of a sum "
+                    "whose terms grew 64x is held to the plain case's relative bar, not to a floor 64x tighter "
+                    "(tested against the reference)")
     regime: Regime | list[Regime] | None = Field(
         default=None, description="the roofline regime on the H100 and H200 rows of the hardware table (tested "
                                   "against the formulas): one for every GPU shape, or a list with one per GPU "
                                   "shape where they differ (a GEMM at decode and at prefill sizes); the agent is told it")
+
+    def tolerance_for(self, stress: dict[str, Any] | None) -> dict[str, Tolerance]:
+        """The per-dtype bars for a case: `tolerance`, with atol times scale**scale_degree for a stress
+        case scaled up, of a homogeneous reference (see `scale_degree`). A case scaled down keeps the
+        plain atol: never a floor tighter than the one the problem was calibrated with."""
+        scale = float((stress or {}).get("scale", 1.0))
+        if self.scale_degree is None or scale <= 1.0:
+            return self.tolerance
+        factor = scale ** self.scale_degree
+        return {dtype: tol.model_copy(update={"atol": tol.atol * factor}) for dtype, tol in self.tolerance.items()}
 
     # Set by the loader, not written in the yaml.
     folder: Path = Field(default=Path("."), exclude=True)

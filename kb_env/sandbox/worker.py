@@ -223,6 +223,7 @@ class ReferenceRole(_Role):
         self.baseline_module = (import_source(msg["baseline_source"], "kb_baseline", str(self.problem_dir / "baseline.py"))
                                 if self.baseline_kind == "baseline.py" else None)
         self.expected: dict[str, Any] = {}
+        self.stress_of: dict[str, Any] = {}  # case id -> its stress (a scaled case's atol follows its scale)
         self.cache = OutputCache(int(msg.get("cache_bytes") or 0))
         self._smi: tuple[float, dict[str, Any]] | None = None
 
@@ -234,6 +235,7 @@ class ReferenceRole(_Role):
     def end(self, msg: dict[str, Any]) -> dict[str, Any]:
         """An evaluation is over: free its cases' outputs (the cache keeps the pooled ones)."""
         self.expected.clear()
+        self.stress_of.clear()
         self._kept, self._last_inputs = [], []
         return {"ok": True}
 
@@ -268,6 +270,7 @@ class ReferenceRole(_Role):
             key = case_key(case) if case.get("cache") else None
             if key is not None and (hit := self.cache.get(key)) is not None:
                 self.expected[case["id"]] = hit
+                self.stress_of[case["id"]] = case.get("stress")
                 hits += 1
                 continue
             ref = self._oracle(case["shape"], case["param_seed"])
@@ -280,6 +283,7 @@ class ReferenceRole(_Role):
                 else:
                     value = [o.detach() for o in as_output_list(ref(*inputs))]
             self.expected[case["id"]] = value
+            self.stress_of[case["id"]] = case.get("stress")
             if key is not None:
                 self.cache.put(key, value, tensor_bytes(value))
             del inputs
@@ -315,7 +319,8 @@ class ReferenceRole(_Role):
             ok, mismatch, stats = compare_step(msg.get("names"), msg["outputs"], expected["names"], expected["outputs"],
                                                expected["fed"], self.spec.decode)
         else:
-            ok, mismatch, stats = compare_outputs(msg["outputs"], expected, self.spec.tolerance)
+            ok, mismatch, stats = compare_outputs(msg["outputs"], expected,
+                                                  self.spec.tolerance_for(self.stress_of.get(msg["case_id"])))
         return {"ok": True, "passed": ok, "mismatch": mismatch.model_dump() if mismatch else None, **stats}
 
     def device_info(self) -> dict[str, Any]:
