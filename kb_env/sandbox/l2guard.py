@@ -2,7 +2,9 @@
 resident across the harness's L2 flush (the cold-cache contract).
 
 Read and reset through the driver API (``libcuda.so.1``, the library every CUDA runtime in
-the process talks to), bound when this module loads, before any candidate code exists:
+the process talks to), bound by `bind()` when a CUDA worker gets its device ready, before any
+candidate code exists (not when this module loads: the warm worker server imports it and must
+not load the driver, or it cannot fork workers):
 
 - the context's persisting-L2 set-aside (``CU_LIMIT_PERSISTING_L2_CACHE_SIZE``), and
 - the access-policy window of the stream the harness times on.
@@ -29,13 +31,24 @@ class _StreamAttr(ctypes.Union):  # CUlaunchAttributeValue is a 64-byte union
     _fields_ = [("window", _AccessPolicyWindow), ("pad", ctypes.c_char * 64)]
 
 
-try:
-    _cuda: Any = ctypes.CDLL("libcuda.so.1")
-    _get_limit, _set_limit = _cuda.cuCtxGetLimit, _cuda.cuCtxSetLimit
-    _reset_persisting = _cuda.cuCtxResetPersistingL2Cache
-    _get_stream_attr, _set_stream_attr = _cuda.cuStreamGetAttribute, _cuda.cuStreamSetAttribute
-except (OSError, AttributeError):  # no driver (CPU mode), or one too old for persisting L2
-    _cuda = None
+_cuda: Any = None
+
+
+def bind() -> bool:
+    """Load the driver and bind the calls (once); False where there is no driver (CPU mode) or
+    one too old for persisting L2."""
+    global _cuda, _get_limit, _set_limit, _reset_persisting, _get_stream_attr, _set_stream_attr
+    if _cuda is not None:
+        return True
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+        _get_limit, _set_limit = cuda.cuCtxGetLimit, cuda.cuCtxSetLimit
+        _reset_persisting = cuda.cuCtxResetPersistingL2Cache
+        _get_stream_attr, _set_stream_attr = cuda.cuStreamGetAttribute, cuda.cuStreamSetAttribute
+    except (OSError, AttributeError):
+        return False
+    _cuda = cuda
+    return True
 
 
 def available() -> bool:

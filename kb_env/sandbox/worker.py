@@ -126,6 +126,7 @@ def init_device(mode: str) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA mode was asked for but this worker sees no CUDA device")
         torch.zeros(1, device="cuda")
+        l2guard.bind()
         l2guard.reset(torch.cuda.current_stream().cuda_stream)
     _device_ready = mode
 
