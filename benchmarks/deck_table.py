@@ -195,6 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--evaluate", action="store_true", help="also evaluate each known-good solution through the harness")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "deck_table.json")
     args = ap.parse_args(argv)
+    if args.warm_timeout <= 0:
+        ap.error("--warm-timeout must be positive")
     if not torch.cuda.is_available():
         print("deck_table: needs a CUDA GPU", file=sys.stderr)
         return 2

@@ -16,6 +16,9 @@ set -u
 OUT=${OUT:-gpu_acceptance}
 mkdir -p "$OUT"
 STAGES=${STAGES:-"kimi fp8 deck bench"}
+for s in $STAGES; do
+  case $s in kimi|fp8|deck|bench) ;; *) echo "unknown stage: $s (stages: kimi fp8 deck bench)" >&2; exit 2 ;; esac
+done
 summary=()
 stage() {  # name, seconds, command...
   local name=$1 limit=$2; shift 2
@@ -37,7 +40,6 @@ for s in $STAGES; do
     bench)
       stage bench 480 python benchmarks/bench.py --mode cuda --budget-s 420 \
         --problems softmax rmsnorm gelu layernorm sum_inner cross_entropy --out "$OUT/bench" ;;
-    *) echo "unknown stage: $s" >&2; exit 2 ;;
   esac
 done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null

@@ -59,8 +59,7 @@ def test_faults_leave_a_warm_evaluator_clean():
     assert after.correct and after.error is None and after.flags == [], after.message
     assert after.perf.reference_start == "warm" and after.perf.candidate_start in ("spare", "server")
     assert {s.pid for s in server.running()} == servers
-    for a, b in zip(first.timings, after.timings):  # the same kernel, the same GPU: the same time
-        assert abs(b.candidate.median_ms / a.candidate.median_ms - 1) < 0.1
+    # (whether its time is unchanged is a measurement: kb bench's spread, not a timed assertion here)
 
 
 def test_patched_timer_is_flagged_on_gpu():

@@ -31,7 +31,12 @@ class _StreamAttr(ctypes.Union):  # CUlaunchAttributeValue is a 64-byte union
     _fields_ = [("window", _AccessPolicyWindow), ("pad", ctypes.c_char * 64)]
 
 
-_cuda: Any = None
+_cuda: Any = None  # the driver, once `bind()` loaded it; the calls below are bound with it
+_get_limit: Any = None
+_set_limit: Any = None
+_reset_persisting: Any = None
+_get_stream_attr: Any = None
+_set_stream_attr: Any = None
 
 
 def bind() -> bool:
