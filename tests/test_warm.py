@@ -216,6 +216,44 @@ def test_a_spare_is_started_ahead_and_used_once():
         spares.close()
 
 
+@pytest.mark.parametrize("start", ["spawn", "auto"])
+def test_a_worker_outlives_the_thread_that_started_it(tmp_path, start):
+    """A worker dies with the harness (PR_SET_PDEATHSIG), which Linux ties to the thread that made
+    it: a spare readied on a background thread, or a reference worker kept after the evaluation
+    thread that started it ended, must still answer afterwards (spawned workers are started on one
+    long-lived launcher thread; forked ones are the harness process's children)."""
+    made: list[WorkerProcess] = []
+
+    def start_and_ready() -> None:  # answered: the worker armed its signal while this thread lived
+        made.append(WorkerProcess("candidate", "cpu", tmp_path / start, start=start))
+        assert made[0].request({"op": "warm", "mode": "cpu"}, 60)["ok"]
+
+    t = threading.Thread(target=start_and_ready)
+    t.start()
+    t.join()
+    w = made[0]
+    try:
+        time.sleep(0.5)  # the signal, were it armed to the ended thread, has come by now
+        assert w.alive() and w.request({"op": "warm", "mode": "cpu"}, 60)["ok"]
+    finally:
+        w.close()
+
+
+def test_spares_readied_ahead_are_alive_when_taken():
+    spares = CandidateSpares("cpu", 1 << 30, 4 << 30, ahead=True, start="spawn")
+    try:
+        first, _ = spares.take()
+        for _ in range(2):
+            nxt, ahead = spares.take()
+            assert ahead and nxt.worker.started_by == "spawn"
+            time.sleep(0.3)
+            assert nxt.worker.alive() and nxt.worker.request({"op": "warm", "mode": "cpu"}, 60)["ok"]
+            nxt.discard()
+        first.discard()
+    finally:
+        spares.close()
+
+
 class RecordingLock:
     """A lock that records who held it when."""
 

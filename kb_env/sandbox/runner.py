@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import kb_env
 
-from . import reaper
+from . import launcher, reaper
 from . import server as warm
 from .memwatch import MemoryWatch
 from .protocol import Channel, ChannelClosed, ChannelTimeout, ProtocolError, widen_pipe
@@ -147,7 +147,7 @@ class WorkerProcess:
             if start == "auto" and module == "kb_env.sandbox.worker":  # the server forks only this worker
                 self.proc = self._fork(mode, (to_child_r, from_child_w, log.fileno()), workdir, env, max_file_bytes)
             if self.proc is None:
-                self.proc = subprocess.Popen(
+                self.proc = launcher.popen(  # on the long-lived launcher thread (see `launcher`)
                     [sys.executable, "-m", module, str(to_child_r), str(from_child_w),
                      str(max_file_bytes or 0), str(os.getpid())],
                     pass_fds=(to_child_r, from_child_w),
