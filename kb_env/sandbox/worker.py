@@ -23,6 +23,7 @@ import time
 
 _IMPORT_T0 = time.monotonic()
 
+import importlib  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
 import sys  # noqa: E402
@@ -126,6 +127,7 @@ def init_device(mode: str) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA mode was asked for but this worker sees no CUDA device")
         torch.zeros(1, device="cuda")
+        importlib.import_module("torch.utils.cpp_extension")  # load_inline's: it initializes CUDA at import, so not in the server
         l2guard.bind()
         l2guard.reset(torch.cuda.current_stream().cuda_stream)
     _device_ready = mode

@@ -17,7 +17,7 @@ In the worker, before any of its own code runs: a new session, stdin from /dev/n
 stderr to the log, every other inherited descriptor closed (the control socket above all), the
 working directory and environment a spawned worker would have (its token written into the
 process's original environment block too, so that the processes it forks without exec carry it
-in /proc/<pid>/environ), numpy's global generator reseeded, and the worker loop as in `worker`."""
+in /proc/<pid>/environ), numpy's global generator reseeded, tempfile's cached folder forgotten, and the worker loop as in `worker`."""
 
 from __future__ import annotations
 
@@ -38,11 +38,17 @@ def preload(mode: str) -> dict[str, Any]:
     t0 = time.monotonic()
     import torch
     import torch.nn.functional  # noqa: F401
-    import torch.utils.cpp_extension  # noqa: F401  (load_inline candidates)
+    # not torch.utils.cpp_extension: finding nvcc at import, it asks torch.cuda.is_available(), which
+    # initializes the CUDA driver (on an H200 that left a driver thread here and no worker could be
+    # forked); a CUDA worker imports it once its own device is up (`worker.init_device`)
 
     from ..evaluate import correctness, decode_check  # noqa: F401  (the reference worker's checker)
     from ..problem import ProblemSpec  # noqa: F401
     from . import worker  # noqa: F401  (and through it every harness module a worker binds)
+    from .oprecord import OpRecorder
+
+    with OpRecorder():  # a dispatch mode's first use imports ~800 modules (sympy, torch._subclasses): on
+        torch.ones(2).add_(1)  # an H200 3 s of each candidate's first call, paid here once (CPU only)
 
     try:
         import triton
@@ -127,6 +133,8 @@ def _become_worker(msg: dict[str, Any], fds: list[int], harness_pid: int) -> int
     os.environ.update(env)
     if "numpy" in sys.modules:  # a forked process inherits the server's generator state
         sys.modules["numpy"].random.seed()
+    import tempfile  # the server's imports may have asked for the temporary folder: that answer was
+    tempfile.tempdir = None  # the server's, shared by every fork; this worker's comes from its TMPDIR
     deadline = time.monotonic() + _REPARENT_WAIT_S
     while os.getppid() != harness_pid:  # the intermediate process is exiting
         if time.monotonic() > deadline:
