@@ -325,3 +325,34 @@ def test_kept_reference_workers_are_capped_per_process(softmax_solution, monkeyp
         first.close()
         second.close()
     assert not [pool for pool, _ in workers._kept.values() if pool in (first._refs, second._refs)]  # close() let go
+
+
+_PRELOAD_ASKING = """
+import json, sys, torch
+asked = []
+def _count():  # what torch.cuda.is_available() and the driver's device count end in: cuInit
+    asked.append(1)
+    return 1
+torch.cuda.is_available = lambda: bool(_count())
+torch.cuda.device_count = _count
+from kb_env.sandbox.zygote import preload
+info = preload("cuda")
+print(json.dumps({"asked": len(asked), "threads": info["threads"],
+                  "cpp_extension": "torch.utils.cpp_extension" in sys.modules}))
+"""
+
+
+def test_the_server_never_asks_for_the_cuda_driver(tmp_path):
+    """On a CUDA build, asking whether CUDA is available initializes the driver (a thread; no worker
+    forked afterwards could use CUDA): the server's imports must not ask. torch.utils.cpp_extension
+    asks at import when it finds a CUDA install, so the server leaves it to the workers."""
+    import json
+    import subprocess
+    import sys
+
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", _PRELOAD_ASKING], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got == {"asked": 0, "threads": 1, "cpp_extension": False}
