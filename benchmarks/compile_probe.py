@@ -52,6 +52,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--problem", default="cross_entropy")
     args = ap.parse_args()
+    import torch
+
+    from kb_env import get_problem
+    from kb_env.problem import ProblemError
+
+    try:
+        spec = get_problem(args.problem)
+    except ProblemError as exc:  # an unknown name: the known ones are listed
+        ap.error(str(exc))
+    if not spec.solution_paths or not spec.shapes.gpu:
+        ap.error(f"{args.problem} has no known-good solution or no GPU shapes")
+    if not torch.cuda.is_available():
+        ap.error("this probe times Triton compilation on a GPU: no CUDA device here")
     root = Path(tempfile.mkdtemp(prefix="kb_compile_probe_"))
     try:
         t = time.monotonic()
