@@ -127,7 +127,8 @@ def init_device(mode: str) -> None:
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA mode was asked for but this worker sees no CUDA device")
         torch.zeros(1, device="cuda")
-        importlib.import_module("torch.utils.cpp_extension")  # load_inline's: it initializes CUDA at import, so not in the server
+        # load_inline's module: its import asks for the CUDA driver, so the warm server leaves it to here
+        importlib.import_module("torch.utils.cpp_extension")
         l2guard.bind()
         l2guard.reset(torch.cuda.current_stream().cuda_stream)
     _device_ready = mode

@@ -17,7 +17,8 @@ In the worker, before any of its own code runs: a new session, stdin from /dev/n
 stderr to the log, every other inherited descriptor closed (the control socket above all), the
 working directory and environment a spawned worker would have (its token written into the
 process's original environment block too, so that the processes it forks without exec carry it
-in /proc/<pid>/environ), numpy's global generator reseeded, tempfile's cached folder forgotten, and the worker loop as in `worker`."""
+in /proc/<pid>/environ), numpy's global generator reseeded, tempfile's cached folder forgotten,
+and the worker loop as in `worker`."""
 
 from __future__ import annotations
 
