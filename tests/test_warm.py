@@ -342,7 +342,7 @@ print(json.dumps({"asked": len(asked), "threads": info["threads"],
 """
 
 
-def test_the_server_never_asks_for_the_cuda_driver(tmp_path):
+def test_the_server_never_asks_for_the_cuda_driver():
     """On a CUDA build, asking whether CUDA is available initializes the driver (a thread; no worker
     forked afterwards could use CUDA): the server's imports must not ask. torch.utils.cpp_extension
     asks at import when it finds a CUDA install, so the server leaves it to the workers."""
