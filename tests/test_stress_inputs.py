@@ -70,3 +70,31 @@ def test_large_inputs_are_transformed_slice_by_slice_alike(monkeypatch):
     assert a[1].stride() == plain[1].stride() and torch.equal(torch.sign(a[1]), torch.sign(plain[1]))
     scaled = make_inputs(ref, {}, 9, "cpu", {"scale": 2.0})
     assert torch.equal(scaled[1], plain[1] * 2)
+
+
+def test_inputs_and_weights_are_built_on_one_thread_whatever_the_caller_set():
+    """Two processes draw the same inputs only if they do the same arithmetic; torch's CPU ops are
+    not the same arithmetic on every thread (see `cases`), so both are built on one thread, and a
+    thread count the caller set (a candidate may set its own) comes back afterwards."""
+    seen = []
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            seen.append(("model", torch.get_num_threads()))
+
+    def get_inputs():
+        seen.append(("inputs", torch.get_num_threads()))
+        return [torch.randn(8)]
+
+    ref = SimpleNamespace(get_inputs=get_inputs, get_init_inputs=lambda: [], Model=Model)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        make_inputs(ref, {}, 1, "cpu", {"heavy_tail": 3})
+        cases.make_reference_model(ref, {}, 1)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [("inputs", 1), ("model", 1)]
+

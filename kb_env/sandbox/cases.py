@@ -1,12 +1,36 @@
 """Inside a worker: build a problem's model and inputs for one case, the same way in the
-reference process and the candidate process, so both see bit-identical inputs and weights."""
+reference process and the candidate process, so both see bit-identical inputs and weights.
+
+Both are built on one CPU thread (`one_thread`): bit-identical means the same arithmetic in both
+processes, and torch's CPU ops are not the same arithmetic on every thread of a process. With
+torch 2.13's CPU build (MKL, OpenMP) on the 2-core development machine, the second thread's half
+of a process's first parallel float32 ``torch.sqrt`` or ``torch.sin`` came out up to 3e-4 off
+(relative) in a few fresh processes in a hundred; a heavy-tailed stress case's inputs then
+differed between the reference and candidate workers (5 of 560 known-good softmax evaluations
+after the battery's composed_pow attack), and a correct kernel failed."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
 import torch
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch's CPU ops on the calling thread only, then restore the thread count (a candidate
+    may have set its own)."""
+    before = torch.get_num_threads()
+    if before != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if before != 1:
+            torch.set_num_threads(before)
 
 
 def make_inputs(reference: ModuleType, shape: dict[str, int], seed: int, device: str,
@@ -18,7 +42,7 @@ def make_inputs(reference: ModuleType, shape: dict[str, int], seed: int, device:
     factor per element, drawn right after the inputs from the same seeded generator (so the
     reference and candidate workers draw the same factors)."""
     torch.manual_seed(seed)
-    with torch.device(device):
+    with one_thread(), torch.device(device):
         inputs = reference.get_inputs(**shape)
         inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
         if stress:
@@ -75,7 +99,7 @@ def make_reference_model(reference: ModuleType, shape: dict[str, int], param_see
     """The reference Model with weights drawn under `param_seed`, on `device` (the CPU for forward
     problems; a decode problem's block of weights is drawn on the GPU in CUDA mode)."""
     torch.manual_seed(param_seed)
-    with torch.device(device):
+    with one_thread(), torch.device(device):
         return reference.Model(*init_inputs(reference, shape))
 
 

@@ -523,6 +523,9 @@ def serve(read_fd: int, write_fd: int, max_file: int = 0, parent_pid: int = 0, f
     """The worker loop on its channel; `max_file` bounds each file it writes (0: no limit), and it
     dies with `parent_pid` (the harness)."""
     die_with_parent(parent_pid)  # the harness gone, this worker goes too
+    # torch's CPU ops on one thread: the reference's outputs and every input are the same arithmetic
+    # whatever the machine's core count, and never a parallel region's first-use error (see `cases`)
+    torch.set_num_threads(1)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a segfaulting candidate leaves no core file
     become_subreaper()  # a candidate's double-forked daemon stays below this worker, to be found
     if max_file > 0:  # bounds the captured stdout too; Python turns the signal into OSError EFBIG
