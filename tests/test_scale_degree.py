@@ -83,6 +83,24 @@ ModelNew.forward = _shifted
 '''
 
 
+def test_a_relaxed_stress_widens_rtol_and_the_norm_bar_only():
+    softmax = all_problems()["softmax"]
+    plain = softmax.tolerance["float32"]
+    relaxed = softmax.tolerance_for({"heavy_tail": 3, "relax": 10.0})["float32"]
+    assert relaxed.atol == plain.atol
+    assert (relaxed.rtol, relaxed.max_rel_l2) == (pytest.approx(plain.rtol * 10), pytest.approx(plain.max_rel_l2 * 10))
+    assert softmax.tolerance_for({"heavy_tail": 3}) == softmax.tolerance
+
+
+def test_a_relax_that_lets_zeros_through_is_refused():
+    spec = all_problems()["softmax"]
+    data = spec.model_dump(exclude={"folder"})
+    data["tolerance"]["float32"]["max_rel_l2"] = 0.05
+    data["stress"] = [{"heavy_tail": 3, "relax": 20.0}]
+    with pytest.raises(ValueError, match="relative-L2 bar to 1 or more"):
+        type(spec).model_validate(data)
+
+
 @requires_cpu_mode
 def test_the_worker_grades_a_scaled_case_with_its_scaled_atol():
     from kb_env.evaluate.evaluator import Evaluator
