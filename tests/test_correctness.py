@@ -213,3 +213,13 @@ def test_answer_differing_from_an_infinite_reference_fails(got):
     g[4] = got
     ok, _, _ = compare_outputs([g], [e], TOL)
     assert not ok
+
+
+def test_a_values_mismatch_names_its_first_bad_element():
+    """A user reading the message finds where to look: the first element outside the bar, with both values."""
+    expected = torch.ones(4, 5)
+    got = expected.clone()
+    got[2, 3] = 1.5
+    ok, mismatch, _ = compare_outputs([got], [expected], {"float32": Tolerance(atol=1e-6, rtol=1e-6, max_rel_l2=1e-3)})
+    assert not ok and mismatch.index == [2, 3]
+    assert "the first at [2, 3] (got 1.5, expected 1)" in mismatch.message

@@ -90,8 +90,10 @@ def _compare_float(i: int, g: torch.Tensor, e: torch.Tensor, tol: Tolerance) -> 
                   rel_l2_err=rel_l2, cosine=cosine, n_bad=n_bad, n_total=n)
     if n_bad:
         idx = [int(v) for v in torch.nonzero(bad)[0].tolist()]
-        return False, Mismatch(reason="values", index=idx, got=float(gw[tuple(idx)]), expected=float(ew[tuple(idx)]),
-                               message=(f"output {i}: {n_bad} of {n} values outside atol={tol.atol:g} rtol={tol.rtol:g}; "
+        got, exp = float(gw[tuple(idx)]), float(ew[tuple(idx)])
+        return False, Mismatch(reason="values", index=idx, got=got, expected=exp,
+                               message=(f"output {i}: {n_bad} of {n} values outside atol={tol.atol:g} rtol={tol.rtol:g}, "
+                                        f"the first at {idx} (got {got:.7g}, expected {exp:.7g}); "
                                         f"max abs error {max_abs:.3g}, relative L2 error {rel_l2:.3g}"), **common), stats
     if rel_l2 > tol.max_rel_l2:
         return False, Mismatch(reason="values", message=(f"output {i}: relative L2 error {rel_l2:.3g} over the bar "
